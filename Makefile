@@ -1,0 +1,27 @@
+# make demo   the main job: three instances elect a primary, the primary is killed,
+#             a timeline shows the takeover (throwaway local PostgreSQL 15)
+# make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
+# make bench  heartbeat throughput and takeover times, as ratios to baselines
+# Each installs what it needs first (Debian packages as root, Python packages in .venv).
+
+SHELL := /bin/bash
+export PG_BIN ?= /usr/lib/postgresql/15/bin
+export PATH := $(PG_BIN):$(PATH)
+
+.PHONY: all deps test demo bench clean
+all: test
+
+deps:
+	@scripts/install-deps.sh
+
+test: deps
+	scripts/with-cluster.sh scripts/test.sh
+
+demo: deps
+	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_demo && .venv/bin/tenure demo --db "dbname=tenure_demo"'
+
+bench: deps
+	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
+
+clean:
+	rm -rf .venv python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache

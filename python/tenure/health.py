@@ -1,0 +1,164 @@
+"""The local primary API: the seed's CheckPrimary over HTTP on the elector's host.
+
+``PrimaryEndpoint`` serves an elector's view: ``GET /primary`` answers 200 on the
+primary and 503 otherwise, ``GET /health/live`` 200 while the process serves.
+``PrimaryWatch`` is the other side, for a service on the same host that must only
+work while its local elector is primary: it polls the endpoint and counts an answer
+only for T - I after the request was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from tenure.elector import Elector
+
+
+class PrimaryEndpoint:
+    """Serves ``/primary`` and ``/health/live`` for an elector, on a background thread."""
+
+    def __init__(self, elector: Elector, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.elector = elector
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                endpoint._answer(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+        elector = self.elector
+        body: dict[str, object]
+        if request.path == "/primary":
+            term = elector.term
+            valid_for = elector.remaining()
+            status = 200 if term is not None and valid_for > 0 else 503
+            body = {
+                "primary": term is not None,
+                "utype": elector.utype,
+                "instance_id": str(elector.instance_id),
+                "name": elector.name,
+                "term": term,
+                "valid_for_s": round(valid_for, 3),
+            }
+        elif request.path == "/health/live":
+            status, body = 200, {"live": True, "instance_id": str(elector.instance_id)}
+        else:
+            status, body = 404, {"error": f"no such path {request.path!r}; try /primary or /health/live"}
+        payload = json.dumps(body).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(payload)))
+        request.send_header("Cache-Control", "no-store")
+        request.end_headers()
+        request.wfile.write(payload)
+
+    def start(self) -> PrimaryEndpoint:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="tenure-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> PrimaryEndpoint:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def ask_primary(url: str, *, timeout: float) -> float:
+    """One CheckPrimary over HTTP: how many seconds the answer stays valid, 0 for "no".
+
+    Network errors raise OSError.
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.loads(response.read())
+            return float(body["valid_for_s"]) if response.status == 200 else 0.0
+    except urllib.error.HTTPError as error:
+        if error.code == 503:
+            return 0.0
+        raise
+
+
+class PrimaryWatch:
+    """Polls a local ``/primary`` endpoint every ``interval`` seconds.
+
+    ``is_primary()`` is True only while the last "yes" answered a request sent less
+    than ``window`` seconds ago (use T - I), and never past the elector's own safe
+    window that the answer reports; a "no", an error or silence ends it.
+    """
+
+    def __init__(self, url: str, *, interval: float, window: float) -> None:
+        if not 0 < interval < window:
+            raise ValueError(f"need 0 < interval < window, got interval={interval}, window={window}")
+        self.url = url
+        self.interval = interval
+        self.window = window
+        self._valid_until = 0.0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_primary(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._valid_until
+
+    def check(self) -> bool:
+        """Ask once and update the state; returns the answer (False on any error)."""
+        sent = time.monotonic()
+        try:
+            valid_for = min(self.window, ask_primary(self.url, timeout=self.window))
+        except (OSError, ValueError, KeyError):
+            valid_for = 0.0
+        with self._lock:
+            self._valid_until = sent + valid_for
+        return valid_for > 0
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self.check()
+            self._stopping.wait(self.interval)
+
+    def start(self) -> PrimaryWatch:
+        self._thread = threading.Thread(target=self._run, name="tenure-primary-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> PrimaryWatch:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

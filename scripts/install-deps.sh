@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what tenure's make targets need, only what is missing: Debian packages
+# through apt-get (as root), Python packages into .venv. A second run does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
+          libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+# python3 may come from elsewhere (pyenv) with venv built in: then python3-venv is not needed.
+if python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    missing=("${missing[@]/python3-venv}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing Debian packages: ${missing[*]}; run as root (or sudo make ...)" >&2
+        exit 1
+    fi
+    echo "installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    # The postgresql package starts a system cluster on 5432; tenure never uses it.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.installed
+want=$(sha256sum python/pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "preparing .venv"
+    python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+    .venv/bin/pip install -q --disable-pip-version-check -e 'python[test]'
+    echo "$want" >"$stamp"
+fi

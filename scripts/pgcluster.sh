@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Throwaway PostgreSQL 15 clusters on loopback, for tests, the demo and the bench.
+#   scripts/pgcluster.sh start DIR   initdb + start on a free port; writes DIR/env
+#   scripts/pgcluster.sh stop DIR    stop and remove DIR
+# PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres`
+# system user (created by Debian's postgresql package, or here if missing).
+set -euo pipefail
+
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+cmd=${1:?usage: pgcluster.sh start|stop DIR}
+dir=${2:?usage: pgcluster.sh start|stop DIR}
+
+as_owner() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+case "$cmd" in
+start)
+    if [ "$(id -u)" = 0 ] && ! id -u postgres >/dev/null 2>&1; then
+        useradd --system --home-dir /var/lib/postgresql --shell /usr/sbin/nologin postgres
+    fi
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    as_owner "$PG_BIN/initdb" --pgdata="$dir/data" --username=postgres --auth=trust \
+        --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log"
+    cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir'
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+timezone = 'UTC'
+log_timezone = 'UTC'
+CONF
+    as_owner "$PG_BIN/pg_ctl" --pgdata="$dir/data" --log="$dir/server.log" --wait --silent start
+    cat >"$dir/env" <<ENV
+export PGHOST=127.0.0.1
+export PGPORT=$port
+export PGUSER=postgres
+export PGDATA_DIR=$dir/data
+export TENURE_PG_DIR=$dir
+ENV
+    echo "PostgreSQL 15 started on 127.0.0.1:$port (data in $dir/data)"
+    ;;
+stop)
+    if [ -f "$dir/data/postmaster.pid" ]; then
+        as_owner "$PG_BIN/pg_ctl" --pgdata="$dir/data" --wait --silent --mode=immediate stop || true
+    fi
+    rm -rf "$dir"
+    ;;
+*)
+    echo "usage: pgcluster.sh start|stop DIR" >&2
+    exit 2
+    ;;
+esac

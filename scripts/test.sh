@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every check, against the throwaway cluster that scripts/with-cluster.sh started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SQITCH_FULLNAME="tenure make" SQITCH_EMAIL=make@localhost
+target="db:pg://${PGUSER}@${PGHOST}:${PGPORT}/tenure_ci"
+step() { printf '\n== %s\n' "$*"; }
+
+step "sqitch deploy --verify, revert, deploy again"
+scripts/deploy.sh tenure_ci
+sqitch --quiet revert -y "$target"
+remaining=$(psql -X -At -d tenure_ci -c "SELECT count(*) FROM pg_namespace WHERE nspname = 'tenure'")
+[ "$remaining" = 0 ] || { echo "revert left schema tenure behind"; exit 1; }
+sqitch --quiet deploy --verify "$target"
+sqitch status "$target" | tail -1
+
+step "plpgsql_check (any finding fails)"
+psql -X -q -v ON_ERROR_STOP=1 -d tenure_ci -f scripts/lint-sql.sql
+
+step "pgTAP"
+psql -X -q -d tenure_ci -c 'CREATE EXTENSION IF NOT EXISTS pgtap'
+pg_prove --failures -d tenure_ci db/tests/*.sql
+
+step "ruff"
+.venv/bin/ruff check python
+.venv/bin/ruff format --check python
+
+step "mypy"
+(cd python && ../.venv/bin/mypy tenure tests)
+
+step "pytest"
+(cd python && ../.venv/bin/pytest ${PYTEST_ARGS:-})
