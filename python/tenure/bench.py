@@ -39,8 +39,18 @@ def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, wor
     path = workdir / f"script-{abs(hash(script))}.sql"
     path.write_text(script)
     pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
-    command = [pgbench, "--no-vacuum", "--client", str(clients), "--jobs", str(min(clients, os.cpu_count() or 1)),
-               "--time", str(max(1, round(seconds))), "--file", str(path)]
+    command = [
+        pgbench,
+        "--no-vacuum",
+        "--client",
+        str(clients),
+        "--jobs",
+        str(min(clients, os.cpu_count() or 1)),
+        "--time",
+        str(max(1, round(seconds))),
+        "--file",
+        str(path),
+    ]
     if conninfo:
         command.append(conninfo)
     result = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -57,8 +67,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def takeover_times(admin_conninfo: str, *, kills: int, interval: float, timeout: float,
-                   workdir: Path) -> list[float]:
+def takeover_times(
+    admin_conninfo: str, *, kills: int, interval: float, timeout: float, workdir: Path
+) -> list[float]:
     app_conninfo = setup(admin_conninfo)
     utype = "bench-takeover"
     times: list[float] = []
@@ -67,8 +78,9 @@ def takeover_times(admin_conninfo: str, *, kills: int, interval: float, timeout:
     def spawn() -> ServiceProcess:
         nonlocal spawned
         spawned += 1
-        return ServiceProcess.spawn(app_conninfo, utype, workdir / f"takeover-{spawned}.log",
-                                    interval=interval, timeout=timeout)
+        return ServiceProcess.spawn(
+            app_conninfo, utype, workdir / f"takeover-{spawned}.log", interval=interval, timeout=timeout
+        )
 
     services = [spawn() for _ in range(3)]
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -81,7 +93,7 @@ def takeover_times(admin_conninfo: str, *, kills: int, interval: float, timeout:
                 victim = by_id.pop(primary)
                 victim.signal(signal.SIGKILL)
                 victim.process.wait()
-                successor, term = wait_for_primary(driver, utype, other_than=primary)
+                _, term = wait_for_primary(driver, utype, other_than=primary)
                 started = next(t.started_at for t in read_terms(admin, utype) if t.term == term)
                 times.append((started - killed_at).total_seconds())
                 replacement = spawn()
@@ -98,8 +110,10 @@ def run_bench(admin_conninfo: str, *, seconds: float, clients: int, kills: int) 
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
         admin.execute("CREATE SCHEMA IF NOT EXISTS tenure_bench")
         admin.execute("CREATE TABLE IF NOT EXISTS tenure_bench.row (id int PRIMARY KEY, v bigint NOT NULL)")
-        admin.execute("INSERT INTO tenure_bench.row SELECT g, 0 FROM generate_series(0, %s) g "
-                      "ON CONFLICT DO NOTHING", (clients,))
+        admin.execute(
+            "INSERT INTO tenure_bench.row SELECT g, 0 FROM generate_series(0, %s) g ON CONFLICT DO NOTHING",
+            (clients,),
+        )
 
     print(f"tenure bench: {clients} clients, {seconds:.0f} s per throughput run, {kills} kills")
     baseline = pgbench_tps(admin_conninfo, BASELINE_SQL, clients=clients, seconds=seconds, workdir=workdir)
@@ -107,16 +121,22 @@ def run_bench(admin_conninfo: str, *, seconds: float, clients: int, kills: int) 
     shared = pgbench_tps(admin_conninfo, SHARED_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
     print(f"  baseline  pgbench one-row UPDATE               {baseline:10.0f} tps   1.00")
     print(f"  heartbeat {clients} electors, one type each        {own:10.0f} /s    {own / baseline:.2f}")
-    print(f"  heartbeat {clients} electors bidding for one type   {shared:10.0f} /s    {shared / baseline:.2f}")
+    print(
+        f"  heartbeat {clients} electors bidding for one type   {shared:10.0f} /s    {shared / baseline:.2f}"
+    )
 
     interval, timeout = 0.2, 0.6
     times = takeover_times(admin_conninfo, kills=kills, interval=interval, timeout=timeout, workdir=workdir)
     bound = timeout + interval
     if times:
         p50, p99, worst = percentile(times, 50), percentile(times, 99), max(times)
-        print(f"  takeover after SIGKILL of the primary, I = {interval} s, T = {timeout} s, {len(times)} kills:")
-        print(f"    p50 {p50:.3f} s ({p50 / bound:.2f} of T + I)   p99 {p99:.3f} s ({p99 / bound:.2f})   "
-              f"max {worst:.3f} s ({worst / bound:.2f}); bound T + I = {bound:.3f} s; "
-              f"{sum(t > bound for t in times)} over the bound")
+        print(
+            f"  takeover after SIGKILL of the primary, I = {interval} s, T = {timeout} s, {len(times)} kills:"
+        )
+        print(
+            f"    p50 {p50:.3f} s ({p50 / bound:.2f} of T + I)   p99 {p99:.3f} s ({p99 / bound:.2f})   "
+            f"max {worst:.3f} s ({worst / bound:.2f}); bound T + I = {bound:.3f} s; "
+            f"{sum(t > bound for t in times)} over the bound"
+        )
     print(f"  logs: {workdir}")
     return 0

@@ -46,8 +46,10 @@ def cmd_elect(args: argparse.Namespace) -> int:
         on_elected=lambda term: _say(f"elected primary of {args.utype} in term {term}"),
         on_demoted=lambda reason: _say(f"no longer primary of {args.utype}: {reason}"),
     )
-    _say(f"instance {elector.instance_id} ({elector.name}) standing for {args.utype}: "
-         f"I = {args.interval} s, T = {args.timeout} s")
+    _say(
+        f"instance {elector.instance_id} ({elector.name}) standing for {args.utype}: "
+        f"I = {args.interval} s, T = {args.timeout} s"
+    )
     with elector:
         if args.http:
             host, _, port = args.http.rpartition(":")
@@ -67,8 +69,10 @@ def cmd_primary(args: argparse.Namespace) -> int:
     if entry is None:
         print(f"{args.utype}: no live primary")
         return 3
-    print(f"{args.utype}: primary {entry.instance_id} in term {entry.term}, "
-          f"last heartbeat {entry.renewed_at.isoformat()}, valid until {entry.valid_until.isoformat()}")
+    print(
+        f"{args.utype}: primary {entry.instance_id} in term {entry.term}, "
+        f"last heartbeat {entry.renewed_at.isoformat()}, valid until {entry.valid_until.isoformat()}"
+    )
     return 0
 
 
@@ -95,7 +99,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from tenure.demo import run_demo
 
     workdir = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
-    ok = run_demo(args.db, instances=args.instances, interval=args.interval, timeout=args.timeout, workdir=workdir)
+    ok = run_demo(
+        args.db, instances=args.instances, interval=args.interval, timeout=args.timeout, workdir=workdir
+    )
     return 0 if ok else 1
 
 
@@ -133,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     primary.add_argument("--type", dest="utype", required=True)
     primary.set_defaults(run=cmd_primary)
 
-    check = command("check-primary", "ask a local elector's /primary endpoint (exit 0 primary, 1 not, 2 no answer)")
+    check = command(
+        "check-primary", "ask a local elector's /primary endpoint (exit 0 primary, 1 not, 2 no answer)"
+    )
     check.add_argument("--url", required=True, help="the elector's /primary URL")
     check.add_argument("--window", type=float, default=2.0, help="T - I: how long a yes stays valid (2)")
     check.add_argument("--watch", action="store_true", help="keep asking and print changes until SIGTERM")
@@ -156,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.run(args))
     except TenureError as error:

@@ -30,7 +30,7 @@ from tenure.connect import connect
 from tenure.driver import Driver
 from tenure.elector import Elector
 from tenure.errors import NotPrimary
-from tenure.history import FencedWrite, Term, check_terms, check_writes, read_terms
+from tenure.history import FencedWrite, check_terms, check_writes, read_terms
 from tenure.shutdown import wait_for_shutdown
 
 APP_ROLE = "tenure_demo_app"
@@ -109,7 +109,9 @@ def run_service(conninfo: str, utype: str, *, interval: float, timeout: float, w
             except psycopg.Error as error:
                 _emit("work_failed", term=term, error=str(error).splitlines()[0])
                 if work.closed or work.broken:
-                    work = connect(conninfo, application_name=f"tenure demo work {elector.name}", deadline=timeout)
+                    work = connect(
+                        conninfo, application_name=f"tenure demo work {elector.name}", deadline=timeout
+                    )
                     driver = Driver(work)
         work.close()
 
@@ -151,8 +153,19 @@ class ServiceProcess:
     ) -> ServiceProcess:
         log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 (the child owns it)
         process = subprocess.Popen(
-            [sys.executable, "-m", "tenure.demo", "--db", conninfo, "--type", utype,
-             "--interval", str(interval), "--timeout", str(timeout)],
+            [
+                sys.executable,
+                "-m",
+                "tenure.demo",
+                "--db",
+                conninfo,
+                "--type",
+                utype,
+                "--interval",
+                str(interval),
+                "--timeout",
+                str(timeout),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -211,17 +224,30 @@ def server_now(connection: psycopg.Connection[Any]) -> datetime:
 # -- the demo ------------------------------------------------------------------------
 
 
-def run_demo(admin_conninfo: str, *, instances: int = 3, interval: float = 0.5, timeout: float = 1.5,
-             workdir: Path, out: IO[str] = sys.stdout) -> bool:
+def run_demo(
+    admin_conninfo: str,
+    *,
+    instances: int = 3,
+    interval: float = 0.5,
+    timeout: float = 1.5,
+    workdir: Path,
+    out: IO[str] | None = None,
+) -> bool:
     """Run the demo; returns True when every check held."""
+    out = out or sys.stdout
     utype = "demo"
     app_conninfo = setup(admin_conninfo)
     admin = psycopg.connect(admin_conninfo, autocommit=True)
     driver = Driver(admin)
-    print(f"tenure demo: {instances} instances of a service of type {utype!r}, "
-          f"heartbeat every I = {interval} s, timeout T = {timeout} s", file=out)
+    print(
+        f"tenure demo: {instances} instances of a service of type {utype!r}, "
+        f"heartbeat every I = {interval} s, timeout T = {timeout} s",
+        file=out,
+    )
     services = [
-        ServiceProcess.spawn(app_conninfo, utype, workdir / f"instance-{n}.log", interval=interval, timeout=timeout)
+        ServiceProcess.spawn(
+            app_conninfo, utype, workdir / f"instance-{n}.log", interval=interval, timeout=timeout
+        )
         for n in range(1, instances + 1)
     ]
     names = {service.instance_id(): f"instance-{n}" for n, service in enumerate(services, start=1)}
@@ -232,7 +258,9 @@ def run_demo(admin_conninfo: str, *, instances: int = 3, interval: float = 0.5, 
         time.sleep(3)
         killed_at = server_now(admin)
         by_id[first].signal(signal.SIGKILL)
-        print(f"  SIGKILL {names[first]} (pid {by_id[first].process.pid}) at {killed_at:%H:%M:%S.%f}", file=out)
+        print(
+            f"  SIGKILL {names[first]} (pid {by_id[first].process.pid}) at {killed_at:%H:%M:%S.%f}", file=out
+        )
         second, term = wait_for_primary(driver, utype, other_than=first)
         print(f"  {names[second]} took over in term {term}; letting it work for 3 s", file=out)
         time.sleep(3)
@@ -246,20 +274,29 @@ def run_demo(admin_conninfo: str, *, instances: int = 3, interval: float = 0.5, 
     print("\ntimeline (server clock, UTC):", file=out)
     for t in terms:
         count = sum(1 for w in writes if w.term == t.term)
-        print(f"  term {t.term}: {names.get(t.instance_id, t.instance_id)!s:<11} "
-              f"{t.started_at:%H:%M:%S.%f} -> {t.ended_at:%H:%M:%S.%f}  "
-              f"{t.end_reason or 'running':<8} {count:4d} fenced writes", file=out)
+        print(
+            f"  term {t.term}: {names.get(t.instance_id, t.instance_id)!s:<11} "
+            f"{t.started_at:%H:%M:%S.%f} -> {t.ended_at:%H:%M:%S.%f}  "
+            f"{t.end_reason or 'running':<8} {count:4d} fenced writes",
+            file=out,
+        )
     takeover = next(t for t in terms if t.instance_id == second)
     took = (takeover.started_at - killed_at).total_seconds()
     bound = timeout + interval
-    print(f"\ntakeover: {took:.3f} s after the kill; bound T + I = {bound:.3f} s "
-          f"({'within' if took <= bound else 'OVER'} the bound, {took / bound:.0%} of it)", file=out)
+    print(
+        f"\ntakeover: {took:.3f} s after the kill; bound T + I = {bound:.3f} s "
+        f"({'within' if took <= bound else 'OVER'} the bound, {took / bound:.0%} of it)",
+        file=out,
+    )
     problems = check_terms(terms) + check_writes(terms, writes)
     for problem in problems:
         print(f"  VIOLATION: {problem}", file=out)
     if not problems:
-        print(f"checked: no two primaries at any instant, terms only grow, all {len(writes)} fenced writes "
-              "fall inside their writer's term", file=out)
+        print(
+            f"checked: no two primaries at any instant, terms only grow, all {len(writes)} fenced writes "
+            "fall inside their writer's term",
+            file=out,
+        )
     print(f"instance logs: {workdir}", file=out)
     return not problems
 

@@ -39,7 +39,8 @@ class ElectionTiming:
             raise InvalidConfiguration(f"heartbeat interval must be positive, got {self.interval!r} s")
         if not self.timeout > 2 * self.interval:
             raise InvalidConfiguration(
-                f"timeout T must be longer than twice the interval I: T={self.timeout} s, I={self.interval} s",
+                f"timeout T must be longer than twice the interval I: "
+                f"T={self.timeout} s, I={self.interval} s",
                 hint="Choose T > 2I, for example T = 3I: a primary steps down after T - I without a "
                 "successful renewal, which must leave room for more than one renewal.",
             )
@@ -72,7 +73,9 @@ class Elector:
     ) -> None:
         self.timing = ElectionTiming(interval=interval, timeout=timeout)
         if not utype or not utype.strip() or len(utype) > 200:
-            raise InvalidArgument(f"service type must be a non-empty name of at most 200 characters: {utype!r}")
+            raise InvalidArgument(
+                f"service type must be a non-empty name of at most 200 characters: {utype!r}"
+            )
         self.conninfo = conninfo
         self.utype = utype
         self.instance_id = uuid.uuid4()

@@ -7,6 +7,7 @@ may read tenure's tables (the owner or a superuser), as operators and tests have
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,7 +62,7 @@ def check_terms(terms: Iterable[Term]) -> list[str]:
         by_type.setdefault(term.utype, []).append(term)
     for utype, held in by_type.items():
         held.sort(key=lambda t: t.started_at)
-        for before, after in zip(held, held[1:], strict=False):
+        for before, after in itertools.pairwise(held):
             if after.term <= before.term:
                 problems.append(f"{utype}: term {after.term} started after term {before.term}")
             if after.started_at <= before.ended_at:

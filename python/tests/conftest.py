@@ -1,0 +1,94 @@
+"""Fixtures: a database with tenure deployed, fresh for every test.
+
+pytest-postgresql's ``postgresql_noproc`` points at the throwaway cluster that
+``make test`` started (PGHOST/PGPORT), or, when pytest runs alone, at one this
+conftest starts with scripts/pgcluster.sh and stops at exit. The template database
+is deployed once with sqitch; each test gets a copy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+from pytest_postgresql import factories
+
+from tenure.demo import setup
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cluster() -> tuple[str, int, str]:
+    if os.environ.get("PGHOST") and os.environ.get("PGPORT"):
+        return os.environ["PGHOST"], int(os.environ["PGPORT"]), os.environ.get("PGUSER", "postgres")
+    directory = tempfile.mkdtemp(prefix="tenure-pytest-pg.")
+    os.chmod(directory, 0o755)
+    script = str(ROOT / "scripts" / "pgcluster.sh")
+    subprocess.run([script, "start", directory], check=True, stdout=subprocess.DEVNULL)
+    atexit.register(subprocess.run, [script, "stop", directory], check=False)
+    for line in Path(directory, "env").read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        os.environ[key] = value
+    return os.environ["PGHOST"], int(os.environ["PGPORT"]), os.environ["PGUSER"]
+
+
+HOST, PORT, USER = _cluster()
+
+
+def deploy_tenure(*, host: str, port: int, user: str, dbname: str, **_: Any) -> None:
+    env = dict(os.environ, SQITCH_FULLNAME="tenure tests", SQITCH_EMAIL="tests@localhost")
+    subprocess.run(
+        ["sqitch", "--quiet", "deploy", "--verify", f"db:pg://{user}@{host}:{port}/{dbname}"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+
+
+tenure_noproc = factories.postgresql_noproc(
+    host=HOST, port=PORT, user=USER, dbname="tenure_test", load=[deploy_tenure]
+)
+tenure_db = factories.postgresql("tenure_noproc")
+
+
+@pytest.fixture
+def admin_conninfo(tenure_db: psycopg.Connection[Any]) -> str:
+    """Superuser conninfo of this test's database (reads tenure's tables, as operators do)."""
+    info = tenure_db.info
+    return make_conninfo(host=info.host, port=info.port, user=info.user, dbname=info.dbname)
+
+
+@pytest.fixture
+def admin(tenure_db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """An autocommit superuser connection to this test's database."""
+    tenure_db.autocommit = True
+    return tenure_db
+
+
+@pytest.fixture
+def app_conninfo(admin_conninfo: str) -> str:
+    """Conninfo of a login role that is a member of tenure_worker and nothing more."""
+    return setup(admin_conninfo)
+
+
+@pytest.fixture
+def connect(admin_conninfo: str) -> Iterator[Any]:
+    """Open extra autocommit connections (as the superuser by default); all closed afterwards."""
+    opened: list[psycopg.Connection[Any]] = []
+
+    def open_connection(conninfo: str | None = None) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(conninfo or admin_conninfo, autocommit=True)
+        opened.append(connection)
+        return connection
+
+    yield open_connection
+    for connection in opened:
+        connection.close()

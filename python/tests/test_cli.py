@@ -1,0 +1,105 @@
+"""The tenure command, run as a person would."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenure.cli import EXAMPLES, build_parser
+from tenure.demo import run_demo
+
+TENURE = [sys.executable, "-m", "tenure"]
+
+
+@pytest.mark.parametrize("command", [None, *EXAMPLES])
+def test_every_command_has_help_with_an_example(command: str | None) -> None:
+    args = [*TENURE, *([command] if command else []), "--help"]
+    result = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert "usage: tenure" in result.stdout
+    if command:
+        assert "example: tenure" in result.stdout
+
+
+def test_subcommands_and_examples_match() -> None:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) == set(EXAMPLES)
+
+
+def test_elect_prints_role_changes_and_resigns_on_sigterm(app_conninfo: str, tmp_path: Path) -> None:
+    log = tmp_path / "elect.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                *TENURE,
+                "elect",
+                "--db",
+                app_conninfo,
+                "--type",
+                "cli",
+                "--interval",
+                "0.2",
+                "--timeout",
+                "0.7",
+                "--http",
+                "127.0.0.1:0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while "elected primary of cli in term 1" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "elected primary of cli in term 1" in log.read_text()
+        url = re.search(r"serving (http://\S+/primary)", log.read_text())
+        assert url is not None
+        check = subprocess.run(
+            [*TENURE, "check-primary", "--url", url.group(1)], capture_output=True, text=True
+        )
+        assert (check.returncode, check.stdout.strip()) == (0, "primary")
+        primary = subprocess.run(
+            [*TENURE, "primary", "--db", app_conninfo, "--type", "cli"], capture_output=True, text=True
+        )
+        assert primary.returncode == 0 and "in term 1" in primary.stdout
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = log.read_text()
+    assert "no longer primary of cli: stopped" in output and output.rstrip().endswith("resigned")
+    after = subprocess.run(
+        [*TENURE, "primary", "--db", app_conninfo, "--type", "cli"], capture_output=True, text=True
+    )
+    assert after.returncode == 3 and "no live primary" in after.stdout
+    unreachable = subprocess.run(
+        [*TENURE, "check-primary", "--url", url.group(1)], capture_output=True, text=True
+    )
+    assert unreachable.returncode == 2
+
+
+def test_elect_refuses_bad_timing_with_a_clear_error(app_conninfo: str) -> None:
+    result = subprocess.run(
+        [*TENURE, "elect", "--db", app_conninfo, "--type", "cli", "--interval", "1", "--timeout", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "T must be longer than twice the interval" in result.stderr
+
+
+def test_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Path, capsys: Any) -> None:
+    assert run_demo(admin_conninfo, workdir=tmp_path) is True
+    output = capsys.readouterr().out
+    assert "took over in term 2" in output
+    assert re.search(r"takeover: [0-9.]+ s after the kill; bound T \+ I = 2.000 s", output)
+    assert "no two primaries at any instant" in output

@@ -1,0 +1,148 @@
+"""The elector in-process: configuration, election, resignation, step-down, HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import psycopg
+import pytest
+
+from tenure import Elector, InvalidArgument, InvalidConfiguration, PrimaryEndpoint, PrimaryWatch
+from tenure.history import read_terms
+
+I, T = 0.2, 0.7
+
+
+class Recorder:
+    """Collects an elector's callbacks, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+        self.changed = threading.Condition()
+
+    def elected(self, term: int) -> None:
+        with self.changed:
+            self.events.append(("elected", term))
+            self.changed.notify_all()
+
+    def demoted(self, reason: str) -> None:
+        with self.changed:
+            self.events.append(("demoted", reason))
+            self.changed.notify_all()
+
+    def wait_for(self, kind: str, count: int = 1, timeout: float = 10) -> list[object]:
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.of(kind)) >= count, timeout)
+            return self.of(kind)
+
+    def of(self, kind: str) -> list[object]:
+        return [value for event, value in self.events if event == kind]
+
+
+def elector(conninfo: str, recorder: Recorder, utype: str = "svc") -> Elector:
+    return Elector(
+        conninfo, utype, interval=I, timeout=T, on_elected=recorder.elected, on_demoted=recorder.demoted
+    )
+
+
+def test_bad_configuration_is_refused_before_connecting() -> None:
+    with pytest.raises(InvalidConfiguration, match="longer than twice"):
+        Elector("host=/nonexistent", "svc", interval=1, timeout=2)
+    with pytest.raises(InvalidConfiguration):
+        Elector("host=/nonexistent", "svc", interval=0, timeout=2)
+    with pytest.raises(InvalidArgument, match="service type"):
+        Elector("host=/nonexistent", " ", interval=1, timeout=3)
+
+
+def test_one_primary_and_resignation_hands_over_before_expiry(app_conninfo: str, admin: Any) -> None:
+    first_events, second_events = Recorder(), Recorder()
+    first = elector(app_conninfo, first_events).start()
+    assert first.wait_until_primary(10)
+    second = elector(app_conninfo, second_events)
+    with second:
+        time.sleep(3 * I)
+        assert first.is_primary() and not second.is_primary()
+        assert first_events.of("elected") == [1] and second_events.events == []
+        first.stop()
+        assert first_events.of("demoted") == ["stopped"]
+        assert second.wait_until_primary(10)
+        assert second.term == 2
+    terms = read_terms(admin, "svc")
+    assert [t.end_reason for t in terms] == ["resigned", "resigned"]
+    # The handover came from the resignation, not from expiry: the first renewed at
+    # most I before it resigned, so a term that began less than T - I after the
+    # resignation began before the first's entry could have expired.
+    handover = (terms[1].started_at - terms[0].ended_at).total_seconds()
+    assert 0 < handover < T - I
+
+
+def test_a_failed_renewal_steps_down_at_once_and_it_comes_back(app_conninfo: str, admin: Any) -> None:
+    events = Recorder()
+    with elector(app_conninfo, events) as e:
+        assert e.wait_until_primary(10)
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'tenure elector%%'"
+        )
+        demoted = events.wait_for("demoted")
+        assert demoted and str(demoted[0]).startswith("heartbeat failed")
+        assert e.wait_until_primary(10), "it reconnects and, still holding the live entry, goes on"
+        assert events.of("elected")[-1] == 1, "the database never saw a change of hands: same term"
+
+
+def test_a_hung_renewal_steps_down_at_t_minus_i(app_conninfo: str, admin_conninfo: str) -> None:
+    """A renewal stuck behind a lock: the watchdog demotes at T - I after the last renewal was sent."""
+    events = Recorder()
+    with elector(app_conninfo, events) as e, psycopg.connect(admin_conninfo) as blocker:
+        assert e.wait_until_primary(10)
+        blocker.execute("SELECT * FROM tenure.heartbeat WHERE utype = 'svc' FOR UPDATE")
+        blocked_at = time.monotonic()
+        demoted = events.wait_for("demoted")
+        assert demoted[0] == "no successful renewal within T - I"
+        assert not e.is_primary()
+        # It cannot have lasted longer than T - I after the last renewal it sent, which
+        # was at most one interval (plus scheduling) before the lock was taken.
+        assert time.monotonic() - blocked_at < T + I
+        blocker.rollback()
+        assert e.wait_until_primary(10)
+
+
+def test_http_endpoint_and_local_watch(app_conninfo: str) -> None:
+    events = Recorder()
+    with elector(app_conninfo, events) as e, PrimaryEndpoint(e) as endpoint:
+        with urllib.request.urlopen(endpoint.url + "/health/live", timeout=5) as live:
+            assert live.status == 200
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(endpoint.url + "/nope", timeout=5)
+        assert missing.value.code == 404
+        assert e.wait_until_primary(10)
+        with urllib.request.urlopen(endpoint.url + "/primary", timeout=5) as answer:
+            body = json.loads(answer.read())
+        assert answer.status == 200
+        assert body["primary"] is True and body["term"] == 1 and body["instance_id"] == str(e.instance_id)
+        assert 0 < body["valid_for_s"] <= T - I
+        with PrimaryWatch(endpoint.url + "/primary", interval=I / 2, window=T - I) as watch:
+            deadline = time.monotonic() + 5
+            while not watch.is_primary() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert watch.is_primary()
+            e.stop()
+            with pytest.raises(urllib.error.HTTPError) as not_primary:
+                urllib.request.urlopen(endpoint.url + "/primary", timeout=5)
+            assert not_primary.value.code == 503
+            assert json.loads(not_primary.value.read())["primary"] is False
+            time.sleep(T)
+            assert not watch.is_primary(), "a no ends the watch's yes"
+
+
+def test_watch_without_answers_says_no() -> None:
+    watch = PrimaryWatch("http://127.0.0.1:9/primary", interval=0.1, window=0.5)
+    assert watch.check() is False
+    assert not watch.is_primary()
+    with pytest.raises(ValueError):
+        PrimaryWatch("http://127.0.0.1:9/primary", interval=1, window=0.5)
