@@ -15,20 +15,42 @@ DECLARE
     v_entry tenure.heartbeat;
     v_now   timestamptz;
 BEGIN
-    PERFORM tenure._check_instance('update_heartbeat', 'p_instance_id', p_instance_id);
-    PERFORM tenure._check_name('update_heartbeat', 'p_utype', p_utype);
-    PERFORM tenure._check_duration('update_heartbeat', 'p_timeout', p_timeout);
-    IF p_interval IS NOT NULL THEN
-        PERFORM tenure._check_duration('update_heartbeat', 'p_interval', p_interval);
-        IF p_timeout <= 2 * p_interval THEN
-            RAISE EXCEPTION 'tenure.update_heartbeat: p_timeout must be longer than twice p_interval'
-                USING ERRCODE = 'TN002',
-                      DETAIL = format('p_timeout was %s and p_interval %s, and %s is not more than %s.',
-                                      p_timeout, p_interval, p_timeout, 2 * p_interval),
-                      HINT = 'Choose T > 2I (T = 3I is a good start): a primary renews every I and steps'
-                          || ' down when no renewal succeeded for T - I, which must leave room for more than'
-                          || ' one renewal. Nothing was changed.';
+    IF p_instance_id IS NULL OR p_utype IS NULL OR btrim(p_utype) = '' OR length(p_utype) > 200
+       OR p_timeout IS NULL OR p_timeout <= interval '0'
+       OR (p_interval IS NOT NULL AND (p_interval <= interval '0' OR p_timeout <= 2 * p_interval)) THEN
+        PERFORM tenure._check_instance('update_heartbeat', 'p_instance_id', p_instance_id);
+        PERFORM tenure._check_name('update_heartbeat', 'p_utype', p_utype);
+        PERFORM tenure._check_duration('update_heartbeat', 'p_timeout', p_timeout);
+        IF p_interval IS NOT NULL THEN
+            PERFORM tenure._check_duration('update_heartbeat', 'p_interval', p_interval);
         END IF;
+        RAISE EXCEPTION 'tenure.update_heartbeat: p_timeout must be longer than twice p_interval'
+            USING ERRCODE = 'TN002',
+                  DETAIL = format('p_timeout was %s and p_interval %s, and %s is not more than %s.',
+                                  p_timeout, p_interval, p_timeout, 2 * p_interval),
+                  HINT = 'Choose T > 2I (T = 3I is a good start): a primary renews every I and steps'
+                      || ' down when no renewal succeeded for T - I, which must leave room for more than'
+                      || ' one renewal. Nothing was changed.';
+    END IF;
+
+    -- The live primary renews in one statement. Reading the clock before the row
+    -- lock is safe here: it can only make the renewal look older than it is.
+    v_now := coalesce(p_now, clock_timestamp());
+    UPDATE tenure.heartbeat AS h
+       SET renewed_at = v_now, timeout = p_timeout, heartbeat_interval = p_interval
+     WHERE h.utype = p_utype AND h.instance_id = p_instance_id AND v_now - h.renewed_at <= h.timeout
+    RETURNING h.* INTO v_entry;
+    IF FOUND THEN
+        RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
+                v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
+    END IF;
+
+    -- Another live primary: the bid is discarded without taking any lock.
+    SELECT * INTO v_entry FROM tenure.heartbeat WHERE utype = p_utype;
+    IF FOUND AND v_entry.instance_id IS DISTINCT FROM p_instance_id AND v_entry.instance_id IS NOT NULL
+       AND v_now - v_entry.renewed_at <= v_entry.timeout THEN
+        RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
+                v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
     END IF;
 
     -- Lock the entry before reading the clock: a transaction fenced by

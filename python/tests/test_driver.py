@@ -173,3 +173,14 @@ def test_worker_role_may_only_call_functions_and_read_the_view(app_conninfo: str
         app.execute("UPDATE tenure.heartbeat SET term = term + 1")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         app.execute("SELECT tenure._update_heartbeat(gen_random_uuid(), 'app', '5 s', NULL, now())")
+
+
+def test_the_primarys_own_renewal_is_not_held_up_by_its_fenced_writes(connect: Any) -> None:
+    me = uuid.uuid4()
+    fenced, renewing = connect(), connect()
+    renewing.execute("SET statement_timeout = '5s'")
+    term = Driver(fenced).update_heartbeat(me, "writer", timeout=60).term
+    with fenced.transaction():
+        Driver(fenced).heartbeat_fence(me, "writer", term)
+        renewed = Driver(renewing).update_heartbeat(me, "writer", timeout=60)
+        assert (renewed.instance_id, renewed.term) == (me, term)
