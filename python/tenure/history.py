@@ -65,7 +65,12 @@ def check_terms(terms: Iterable[Term]) -> list[str]:
         for before, after in itertools.pairwise(held):
             if after.term <= before.term:
                 problems.append(f"{utype}: term {after.term} started after term {before.term}")
-            if after.started_at <= before.ended_at:
+            # An expired term holds through ended_at (last heartbeat + T, inclusive);
+            # a resigned one ends at ended_at, which a successor may start at.
+            overlap = after.started_at < before.ended_at or (
+                after.started_at == before.ended_at and before.end_reason != "resigned"
+            )
+            if overlap:
                 problems.append(
                     f"{utype}: term {after.term} ({after.instance_id}) started at {after.started_at}, "
                     f"before term {before.term} ({before.instance_id}) ended at {before.ended_at}"

@@ -30,6 +30,13 @@ def test_overlap_and_shrinking_terms_are_found() -> None:
     assert any("started after" in p for p in check_terms([term(2, A, 0, 5), term(1, B, 6, 9)]))
 
 
+def test_a_resigned_term_ends_where_its_successor_may_start() -> None:
+    resigned = Term("svc", 1, A, at(0), at(5), "resigned")
+    expired = Term("svc", 1, A, at(0), at(5), "expired")
+    assert check_terms([resigned, term(2, B, 5, 9)]) == []
+    assert len(check_terms([expired, term(2, B, 5, 9)])) == 1
+
+
 def test_writes_outside_their_term_are_found() -> None:
     terms = [term(1, A, 0, 5), term(2, B, 5.5, 9)]
     good = FencedWrite("svc", A, 1, at(4.9))
