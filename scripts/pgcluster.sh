@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Throwaway PostgreSQL 15 clusters on loopback, for tests, the demo and the bench.
 #   scripts/pgcluster.sh start DIR   initdb + start on a free port; writes DIR/env
+#   scripts/pgcluster.sh restart DIR crash-restart it (pg_ctl restart -m immediate)
 #   scripts/pgcluster.sh stop DIR    stop and remove DIR
 # PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres`
 # system user (created by Debian's postgresql package, or here if missing).
 set -euo pipefail
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-cmd=${1:?usage: pgcluster.sh start|stop DIR}
-dir=${2:?usage: pgcluster.sh start|stop DIR}
+cmd=${1:?usage: pgcluster.sh start|restart|stop DIR}
+dir=${2:?usage: pgcluster.sh start|restart|stop DIR}
 
 as_owner() {
     if [ "$(id -u)" = 0 ]; then
@@ -34,7 +35,6 @@ port = $port
 unix_socket_directories = '$dir'
 max_connections = 300
 fsync = off
-synchronous_commit = off
 full_page_writes = off
 timezone = 'UTC'
 log_timezone = 'UTC'
@@ -49,6 +49,11 @@ export TENURE_PG_DIR=$dir
 ENV
     echo "PostgreSQL 15 started on 127.0.0.1:$port (data in $dir/data)"
     ;;
+restart)
+    # A crash and recovery: no shutdown checkpoint, every connection dropped.
+    as_owner "$PG_BIN/pg_ctl" --pgdata="$dir/data" --log="$dir/server.log" --wait --silent \
+        --mode=immediate restart
+    ;;
 stop)
     if [ -f "$dir/data/postmaster.pid" ]; then
         as_owner "$PG_BIN/pg_ctl" --pgdata="$dir/data" --wait --silent --mode=immediate stop || true
@@ -56,7 +61,7 @@ stop)
     rm -rf "$dir"
     ;;
 *)
-    echo "usage: pgcluster.sh start|stop DIR" >&2
+    echo "usage: pgcluster.sh start|restart|stop DIR" >&2
     exit 2
     ;;
 esac

@@ -16,6 +16,20 @@ BEGIN
 END
 $$;
 
+-- tenure's writes must survive a server crash whatever the caller's session says:
+-- a term granted, then lost in a crash, could be granted again to someone else.
+-- Raise synchronous_commit from off to local for this transaction; never lower it.
+CREATE OR REPLACE FUNCTION tenure._durable() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._check_name(p_function text, p_argument text, p_value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

@@ -33,6 +33,8 @@ BEGIN
                       || ' one renewal. Nothing was changed.';
     END IF;
 
+    PERFORM tenure._durable();
+
     -- The live primary renews in one statement. Reading the clock before the row
     -- lock is safe here: it can only make the renewal look older than it is.
     v_now := coalesce(p_now, clock_timestamp());
@@ -181,6 +183,7 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_live := v_now - v_entry.renewed_at <= v_entry.timeout;
+    PERFORM tenure._durable();
 
     UPDATE tenure.heartbeat_term AS t
        SET ended_at = CASE WHEN v_live THEN v_now ELSE v_entry.renewed_at + v_entry.timeout END,

@@ -1,7 +1,7 @@
 -- Heartbeat election: signatures, the takeover rule by time travel, fencing and bad input.
 -- Instances: a = ...0a, b = ...0b; T = 3 s, I = 1 s; t0 = 2026-01-01 00:00:00 UTC.
 BEGIN;
-SELECT plan(68);
+SELECT plan(72);
 
 -- Signatures -------------------------------------------------------------------
 SELECT has_function('tenure', 'update_heartbeat', ARRAY['uuid', 'text', 'interval', 'interval']);
@@ -159,6 +159,18 @@ SELECT results_eq(
     $$SELECT utype, live, term FROM tenure.heartbeat_status WHERE utype IN ('live', 'sched') ORDER BY utype$$,
     $$VALUES ('live', true, 1::bigint), ('sched', false, 4::bigint)$$,
     'the operator view shows each type with its term and liveness');
+
+-- Durability does not depend on the caller's session ----------------------------------
+SET LOCAL synchronous_commit = off;
+SELECT lives_ok($$SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-0000000000c1', 'live', '3 s', '1 s')$$,
+    'a renewal in a session with synchronous_commit = off');
+SELECT is(current_setting('synchronous_commit'), 'local',
+    'tenure raised synchronous_commit to local for the transaction that wrote a heartbeat');
+SET LOCAL synchronous_commit = remote_apply;
+SELECT lives_ok($$SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-0000000000c1', 'live', '3 s', '1 s')$$,
+    'a renewal in a session with synchronous_commit = remote_apply');
+SELECT is(current_setting('synchronous_commit'), 'remote_apply', 'tenure never lowers synchronous_commit');
+SET LOCAL synchronous_commit = on;
 
 -- Bad input raises tenure's SQLSTATEs and changes nothing -------------------------------
 CREATE TEMP TABLE before AS SELECT * FROM tenure.heartbeat;

@@ -8,6 +8,7 @@ BEGIN
     END IF;
     PERFORM 'tenure._invalid_argument(text, text, text, text, text)'::regprocedure,
             'tenure._check_name(text, text, text)'::regprocedure,
+            'tenure._durable()'::regprocedure,
             'tenure._check_instance(text, text, uuid)'::regprocedure,
             'tenure._check_duration(text, text, interval)'::regprocedure;
 END

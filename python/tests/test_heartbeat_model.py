@@ -104,8 +104,12 @@ class Election(RuleBasedStateMachine):
 
 
 def test_election_matches_the_model(admin: psycopg.Connection[Any]) -> None:
+    class OnThisDatabase(Election):
+        def __init__(self) -> None:
+            super().__init__(admin)
+
     run_state_machine_as_test(
-        lambda: Election(admin),
+        OnThisDatabase,
         settings=settings(
             max_examples=60,
             stateful_step_count=30,

@@ -1,0 +1,67 @@
+"""A TCP proxy between client and server that can hold traffic, as a network pause does.
+
+While paused it accepts bytes but forwards none; on resume it forwards what it
+held, late, which is how a healed partition delivers statements sent during it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from types import TracebackType
+
+
+class PausingProxy:
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+
+    def pause(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            self._sockets += [client, server]
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                self._flowing.wait()
+                if self._closed.is_set():
+                    return
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> PausingProxy:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._closed.set()
+        self._flowing.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()

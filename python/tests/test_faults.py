@@ -1,0 +1,86 @@
+"""Faults beyond process death: a server crash-restart, and a network pause that
+delivers a stale primary's write late, after another instance took over."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from proxy import PausingProxy
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tenure import Driver, Elector, NotPrimary
+from tenure.history import check_terms, read_terms
+
+ROOT = Path(__file__).resolve().parents[2]
+I, T = 0.2, 0.7
+
+
+def test_server_crash_restart_steps_the_primary_down_and_it_is_elected_again(
+    app_conninfo: str, admin_conninfo: str
+) -> None:
+    demotions: list[str] = []
+    with Elector(app_conninfo, "crash", interval=I, timeout=T, on_demoted=demotions.append) as elector:
+        assert elector.wait_until_primary(10)
+        subprocess.run(
+            [str(ROOT / "scripts" / "pgcluster.sh"), "restart", os.environ["TENURE_PG_DIR"]], check=True
+        )
+        deadline = time.monotonic() + 10
+        while not demotions and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert demotions and demotions[0].startswith(("heartbeat failed", "no successful renewal"))
+        assert elector.wait_until_primary(15), "it reconnects and is elected again"
+    with psycopg.connect(admin_conninfo) as admin:
+        terms = read_terms(admin, "crash")
+    assert check_terms(terms) == []
+    assert terms[0].end_reason is not None, "the first term ended: the restart outlasted T"
+
+
+def test_a_write_delayed_by_a_network_pause_is_refused_after_takeover(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    admin.execute("CREATE TABLE ledger (writer uuid, term bigint)")
+    admin.execute("GRANT INSERT, SELECT ON ledger TO tenure_demo_app")
+    params = conninfo_to_dict(app_conninfo)
+    with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:
+        via_proxy = make_conninfo(app_conninfo, host="127.0.0.1", port=proxy.port)
+        old = Elector(app_conninfo, "ledger", interval=I, timeout=T).start()
+        assert old.wait_until_primary(10)
+        term = old.term
+        assert term is not None
+        work = psycopg.connect(via_proxy, autocommit=True)
+        outcome: list[BaseException | None] = []
+
+        def fenced_write() -> None:
+            try:
+                with work.transaction():
+                    Driver(work).heartbeat_fence(old.instance_id, "ledger", term)
+                    work.execute("INSERT INTO ledger VALUES (%s, %s)", (old.instance_id, term))
+                outcome.append(None)
+            except BaseException as error:
+                outcome.append(error)
+
+        proxy.pause()
+        writer = threading.Thread(target=fenced_write)
+        writer.start()  # BEGIN and the fence are sent now, and held by the paused network
+        old.stop(resign=False)  # the old primary falls silent without a word
+        with Elector(app_conninfo, "ledger", interval=I, timeout=T) as new:
+            assert new.wait_until_primary(10)
+            assert new.term == term + 1
+            proxy.resume()  # the held statements arrive, late
+            writer.join(10)
+            assert len(outcome) == 1 and isinstance(outcome[0], NotPrimary), outcome
+        work.close()
+    assert admin.execute("SELECT count(*) FROM ledger").fetchone() == (0,)
+
+
+@pytest.fixture(autouse=True)
+def _needs_cluster_dir() -> None:
+    if "TENURE_PG_DIR" not in os.environ:
+        pytest.fail("TENURE_PG_DIR is not set: run through make test or scripts/with-cluster.sh")
