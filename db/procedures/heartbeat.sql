@@ -5,6 +5,12 @@
 -- functions are not executable by tenure_worker. In update_heartbeat and the fence,
 -- a NULL p_now means the server's clock read *after* the entry is locked.
 
+CREATE OR REPLACE FUNCTION tenure._as_primary_entry(p_entry tenure.heartbeat)
+RETURNS tenure.primary_entry
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT p_entry.utype, p_entry.instance_id, p_entry.term, p_entry.renewed_at,
+             p_entry.renewed_at + p_entry.timeout $$;
+
 CREATE OR REPLACE FUNCTION tenure._update_heartbeat(
     p_instance_id uuid, p_utype text, p_timeout interval, p_interval interval, p_now timestamptz
 ) RETURNS tenure.primary_entry
@@ -43,16 +49,14 @@ BEGIN
      WHERE h.utype = p_utype AND h.instance_id = p_instance_id AND v_now - h.renewed_at <= h.timeout
     RETURNING h.* INTO v_entry;
     IF FOUND THEN
-        RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
-                v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
+        RETURN tenure._as_primary_entry(v_entry);
     END IF;
 
     -- Another live primary: the bid is discarded without taking any lock.
     SELECT * INTO v_entry FROM tenure.heartbeat WHERE utype = p_utype;
     IF FOUND AND v_entry.instance_id IS DISTINCT FROM p_instance_id AND v_entry.instance_id IS NOT NULL
        AND v_now - v_entry.renewed_at <= v_entry.timeout THEN
-        RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
-                v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
+        RETURN tenure._as_primary_entry(v_entry);
     END IF;
 
     -- Lock the entry before reading the clock: a transaction fenced by
@@ -68,8 +72,7 @@ BEGIN
         IF FOUND THEN
             INSERT INTO tenure.heartbeat_term (utype, term, instance_id, started_at)
             VALUES (p_utype, 1, p_instance_id, v_now);
-            RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
-                    v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
+            RETURN tenure._as_primary_entry(v_entry);
         END IF;
         -- A concurrent first bid created the entry: judge ours against it.
         SELECT * INTO STRICT v_entry FROM tenure.heartbeat WHERE utype = p_utype FOR UPDATE;
@@ -97,8 +100,7 @@ BEGIN
     END IF;
     -- Otherwise another instance is live: the bid is discarded and the caller
     -- learns who is primary.
-    RETURN (v_entry.utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
-            v_entry.renewed_at + v_entry.timeout)::tenure.primary_entry;
+    RETURN tenure._as_primary_entry(v_entry);
 END
 $$;
 
@@ -123,8 +125,8 @@ AS $$
 BEGIN
     PERFORM tenure._check_name('get_primary', 'p_utype', p_utype);
     RETURN QUERY
-        SELECT h.utype, h.instance_id, h.term, h.renewed_at, h.renewed_at + h.timeout
-          FROM tenure.heartbeat h
+        SELECT e.*
+          FROM tenure.heartbeat h, LATERAL tenure._as_primary_entry(h) e
          WHERE h.utype = p_utype
            AND h.instance_id IS NOT NULL
            AND p_now - h.renewed_at <= h.timeout;

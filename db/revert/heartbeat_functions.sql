@@ -10,5 +10,6 @@ DROP FUNCTION tenure.get_primary(text);
 DROP FUNCTION tenure._get_primary(text, timestamptz);
 DROP FUNCTION tenure.update_heartbeat(uuid, text, interval, interval);
 DROP FUNCTION tenure._update_heartbeat(uuid, text, interval, interval, timestamptz);
+DROP FUNCTION tenure._as_primary_entry(tenure.heartbeat);
 
 COMMIT;
