@@ -5,7 +5,7 @@
 CREATE OR REPLACE FUNCTION tenure._invalid_argument(
     p_function text, p_argument text, p_problem text, p_found text, p_hint text
 ) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -32,7 +32,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure._check_name(p_function text, p_argument text, p_value text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -48,7 +48,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure._check_instance(p_function text, p_argument text, p_value uuid)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -61,7 +61,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure._check_duration(p_function text, p_argument text, p_value interval)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

@@ -1,0 +1,31 @@
+BEGIN;
+
+DROP FUNCTION tenure.task_purge(interval, boolean);
+DROP FUNCTION tenure._task_purge(interval, boolean, timestamptz);
+DROP FUNCTION tenure.task_requeue(uuid, interval);
+DROP FUNCTION tenure._task_requeue(uuid, interval, timestamptz);
+DROP FUNCTION tenure.task_eject(uuid, uuid, interval);
+DROP FUNCTION tenure._task_eject(uuid, uuid, interval, timestamptz);
+DROP FUNCTION tenure.task_fence(uuid, uuid, bigint);
+DROP FUNCTION tenure._task_fence(uuid, uuid, bigint, timestamptz);
+DROP FUNCTION tenure.task_fail(uuid, uuid, bigint, text, interval);
+DROP FUNCTION tenure._task_fail(uuid, uuid, bigint, text, interval, timestamptz);
+DROP FUNCTION tenure.task_complete(uuid, uuid, bigint, text, jsonb);
+DROP FUNCTION tenure._task_complete(uuid, uuid, bigint, text, jsonb, timestamptz);
+DROP FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb);
+DROP FUNCTION tenure._task_release(uuid, uuid, bigint, interval, text, jsonb, timestamptz);
+DROP FUNCTION tenure.task_update(uuid, uuid, bigint, text, jsonb, interval);
+DROP FUNCTION tenure._task_update(uuid, uuid, bigint, text, jsonb, interval, timestamptz);
+DROP FUNCTION tenure.task_extend(uuid, uuid, bigint, interval);
+DROP FUNCTION tenure._task_extend(uuid, uuid, bigint, interval, timestamptz);
+DROP FUNCTION tenure.task_acquire(uuid, interval, integer, text[]);
+DROP FUNCTION tenure._task_acquire(uuid, interval, integer, text[], timestamptz);
+DROP FUNCTION tenure.task_enqueue_many(jsonb);
+DROP FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
+DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
+DROP FUNCTION tenure._task_enqueue_many(jsonb, timestamptz, text);
+DROP FUNCTION tenure._task_refuse(text, uuid, uuid, bigint, timestamptz);
+DROP FUNCTION tenure._check_delay(text, text, interval);
+DROP FUNCTION tenure._check_holder(text, uuid, uuid, bigint);
+
+COMMIT;
