@@ -1,11 +1,13 @@
 """tenure: high availability for services that share one PostgreSQL database."""
 
-from tenure.driver import Driver, HeartbeatStatus, PrimaryEntry
+from tenure.driver import Driver, HeartbeatStatus, PrimaryEntry, TaskEnqueued, TaskLease, TaskRow, TaskStatus
 from tenure.elector import ElectionTiming, Elector
 from tenure.errors import (
     FencingError,
     InvalidArgument,
     InvalidConfiguration,
+    LeaseLost,
+    NotFound,
     NotPrimary,
     TenureError,
 )
@@ -19,9 +21,15 @@ __all__ = [
     "HeartbeatStatus",
     "InvalidArgument",
     "InvalidConfiguration",
+    "LeaseLost",
+    "NotFound",
     "NotPrimary",
     "PrimaryEndpoint",
     "PrimaryEntry",
     "PrimaryWatch",
+    "TaskEnqueued",
+    "TaskLease",
+    "TaskRow",
+    "TaskStatus",
     "TenureError",
 ]

@@ -17,6 +17,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
 
 from tenure.errors import from_psycopg
 
@@ -50,6 +51,70 @@ class HeartbeatStatus:
     term_started_at: datetime | None
 
 
+@dataclass(frozen=True)
+class TaskLease:
+    """A task handed to an owner, with the epoch that fences its writes."""
+
+    id: UUID
+    kind: str
+    state: str
+    data: Any
+    epoch: int
+    attempts: int
+    lease_until: datetime
+
+
+@dataclass(frozen=True)
+class TaskEnqueued:
+    id: UUID
+    kind: str
+    created: bool
+    next_action: datetime
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One row of the view ``tenure.tasks``."""
+
+    id: UUID
+    kind: str
+    state: str
+    status: str
+    owner: UUID | None
+    epoch: int
+    data: Any
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    idempotency_key: str | None
+    created_at: datetime
+    last_change: datetime
+    last_action: datetime
+    next_action: datetime | None
+    leased_at: datetime | None
+    finished_at: datetime | None
+    leased: bool
+    due: bool
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One row of the view ``tenure.task_status``: tasks counted by kind, state, status."""
+
+    kind: str
+    state: str
+    status: str
+    tasks: int
+    leased: int
+    due: int
+    oldest_due_age: timedelta | None
+    max_attempts_used: int
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
 @contextmanager
 def _translated() -> Iterator[None]:
     try:
@@ -73,7 +138,7 @@ class Driver:
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
 
-    def _rows(self, row_type: type[T], query: str, params: Sequence[object]) -> list[T]:
+    def _rows(self, row_type: type[T], query: str, params: Sequence[object] | dict[str, object]) -> list[T]:
         with _translated(), self.connection.cursor(row_factory=class_row(row_type)) as cursor:
             cursor.execute(query, params)
             return cursor.fetchall()
@@ -124,3 +189,142 @@ class Driver:
     def heartbeat_status(self) -> list[HeartbeatStatus]:
         """Every service type: primary, term, last heartbeat and its age, liveness."""
         return self._rows(HeartbeatStatus, "SELECT * FROM tenure.heartbeat_status ORDER BY utype", ())
+
+    # -- tasks ---------------------------------------------------------------------
+
+    def task_enqueue(
+        self,
+        kind: str,
+        data: Any = None,
+        *,
+        state: str = "new",
+        delay: timedelta | float = 0,
+        id: UUID | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int = 5,
+    ) -> TaskEnqueued:
+        rows = self._rows(
+            TaskEnqueued,
+            "SELECT * FROM tenure.task_enqueue(%s, coalesce(%s, '{}'::jsonb), %s, %s, %s, %s, %s)",
+            (kind, _json(data), state, _seconds(delay), id, idempotency_key, max_attempts),
+        )
+        return rows[0]
+
+    def task_enqueue_many(self, tasks: Sequence[dict[str, Any]]) -> list[TaskEnqueued]:
+        """Enqueue many in one call; each dict has the keys of task_enqueue (``delay`` in seconds or text)."""
+        payload = [
+            {**task, "delay": f"{task['delay']} seconds"}
+            if isinstance(task.get("delay"), int | float)
+            else task
+            for task in tasks
+        ]
+        return self._rows(TaskEnqueued, "SELECT * FROM tenure.task_enqueue_many(%s)", (Jsonb(payload),))
+
+    def task_acquire(
+        self, owner: UUID, *, lease: timedelta | float, limit: int = 1, kinds: Sequence[str] | None = None
+    ) -> list[TaskLease]:
+        return self._rows(
+            TaskLease,
+            "SELECT * FROM tenure.task_acquire(%s, %s, %s, %s)",
+            (owner, _seconds(lease), limit, None if kinds is None else list(kinds)),
+        )
+
+    def task_extend(self, id: UUID, owner: UUID, epoch: int, *, lease: timedelta | float) -> datetime:
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.task_extend(%s, %s, %s, %s)", (id, owner, epoch, _seconds(lease))
+        )
+
+    def task_update(
+        self,
+        id: UUID,
+        owner: UUID,
+        epoch: int,
+        *,
+        state: str | None = None,
+        data: Any = None,
+        lease: timedelta | float | None = None,
+    ) -> datetime:
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.task_update(%s, %s, %s, %s, %s, %s)",
+            (id, owner, epoch, state, _json(data), _seconds(lease)),
+        )
+
+    def task_release(
+        self,
+        id: UUID,
+        owner: UUID,
+        epoch: int,
+        *,
+        delay: timedelta | float = 0,
+        state: str | None = None,
+        data: Any = None,
+    ) -> datetime:
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.task_release(%s, %s, %s, %s, %s, %s)",
+            (id, owner, epoch, _seconds(delay), state, _json(data)),
+        )
+
+    def task_complete(
+        self, id: UUID, owner: UUID, epoch: int, *, state: str = "done", data: Any = None
+    ) -> datetime:
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.task_complete(%s, %s, %s, %s, %s)", (id, owner, epoch, state, _json(data))
+        )
+
+    def task_fail(
+        self, id: UUID, owner: UUID, epoch: int, *, error: str, retry_delay: timedelta | float | None = None
+    ) -> datetime | None:
+        """Record a failed attempt; returns when the task is due again, None when it is dead."""
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.task_fail(%s, %s, %s, %s, %s)", (id, owner, epoch, error, _seconds(retry_delay))
+        )
+
+    def task_fence(self, id: UUID, owner: UUID, epoch: int) -> None:
+        """Raise LeaseLost unless the caller holds the lease; call it inside the guarded transaction."""
+        self._scalar("SELECT tenure.task_fence(%s, %s, %s)", (id, owner, epoch))
+
+    def task_eject(self, id: UUID, owner: UUID, *, lease: timedelta | float) -> TaskLease | None:
+        """Take the task over at once; None when it is already done or dead."""
+        rows = self._rows(
+            TaskLease, "SELECT * FROM tenure.task_eject(%s, %s, %s)", (id, owner, _seconds(lease))
+        )
+        return rows[0] if rows else None
+
+    def task_requeue(self, id: UUID, *, delay: timedelta | float = 0) -> bool:
+        return bool(self._scalar("SELECT tenure.task_requeue(%s, %s)", (id, _seconds(delay))))
+
+    def task_purge(self, *, older_than: timedelta | float, include_dead: bool = False) -> int:
+        return int(self._scalar("SELECT tenure.task_purge(%s, %s)", (_seconds(older_than), include_dead)))
+
+    def tasks(
+        self,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        status: str | None = None,
+        owner: UUID | None = None,
+        due: bool | None = None,
+        limit: int = 100,
+    ) -> list[TaskRow]:
+        """Rows of ``tenure.tasks`` matching every filter given, oldest next_action first."""
+        return self._rows(
+            TaskRow,
+            """
+            SELECT * FROM tenure.tasks
+             WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
+               AND (%(state)s::text IS NULL OR state = %(state)s)
+               AND (%(status)s::text IS NULL OR status = %(status)s)
+               AND (%(owner)s::uuid IS NULL OR owner = %(owner)s)
+               AND (%(due)s::boolean IS NULL OR due = %(due)s)
+             ORDER BY next_action NULLS LAST, created_at
+             LIMIT %(limit)s
+            """,
+            {"kind": kind, "state": state, "status": status, "owner": owner, "due": due, "limit": limit},
+        )
+
+    def task(self, id: UUID) -> TaskRow | None:
+        rows = self._rows(TaskRow, "SELECT * FROM tenure.tasks WHERE id = %s", (id,))
+        return rows[0] if rows else None
+
+    def task_status(self) -> list[TaskStatus]:
+        return self._rows(TaskStatus, "SELECT * FROM tenure.task_status ORDER BY kind, status, state", ())

@@ -51,9 +51,21 @@ class NotPrimary(FencingError):
     sqlstate = "TN101"
 
 
+class LeaseLost(FencingError):
+    """TN102: the caller no longer holds the task's lease (owner, epoch, or it ran out)."""
+
+    sqlstate = "TN102"
+
+
+class NotFound(TenureError, LookupError):
+    """TN201: no such task (never existed, or purged)."""
+
+    sqlstate = "TN201"
+
+
 BY_SQLSTATE: dict[str, type[TenureError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidArgument, InvalidConfiguration, NotPrimary)
+    for cls in (InvalidArgument, InvalidConfiguration, NotPrimary, LeaseLost, NotFound)
     if cls.sqlstate is not None
 }
 

@@ -1,0 +1,388 @@
+"""The task worker: leases due tasks and runs the application's processors on them.
+
+A processor takes a :class:`Task` and returns what happens next: :class:`Complete`,
+:class:`Next` (a new state that runs at once, under the same lease, if this worker
+has a processor for it), :class:`Release` (due again later, "check again in a
+minute"), or :class:`Fail` (raising does the same). Each outcome may carry
+``writes``: the application's own writes for that step, run in the same
+transaction as the task's transition, so that a step's writes are accepted exactly
+once however often the step runs.
+
+Every task in flight has its lease extended in the background. When an extension
+is refused, or none succeeded within the safe window (2/3 of the lease after the
+last one was sent), the task is lost: ``task.lost`` is set, its outcome is
+discarded, and nothing more of it reaches the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from tenure.connect import connect, instance_name
+from tenure.driver import Driver, TaskLease
+from tenure.errors import InvalidConfiguration, LeaseLost
+
+log = logging.getLogger(__name__)
+
+Writes = Callable[[psycopg.Connection[Any]], object]
+
+
+@dataclass(frozen=True)
+class Complete:
+    state: str = "done"
+    data: Any = None
+    writes: Writes | None = None
+
+
+@dataclass(frozen=True)
+class Next:
+    state: str
+    data: Any = None
+    writes: Writes | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    delay: float = 0.0
+    state: str | None = None
+    data: Any = None
+    writes: Writes | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: str
+    retry_delay: float | None = None
+
+
+Outcome = Complete | Next | Release | Fail
+Processor = Callable[["Task"], Outcome]
+
+
+@dataclass
+class Task:
+    """A task as a processor sees it, under this worker's lease."""
+
+    id: uuid.UUID
+    kind: str
+    state: str
+    data: Any
+    epoch: int
+    attempts: int
+    owner: uuid.UUID
+    lost: threading.Event = field(default_factory=threading.Event)
+    valid_until: float = 0.0  # monotonic: sent time of the last successful lease grant + safe window
+
+    def is_lost(self) -> bool:
+        return self.lost.is_set() or time.monotonic() >= self.valid_until
+
+
+@dataclass
+class WorkerStats:
+    acquired: int = 0
+    completed: int = 0
+    released: int = 0
+    failed: int = 0
+    routed: int = 0
+    lost: int = 0
+    discarded: int = 0
+
+
+class TaskWorker:
+    """Runs processors on leased tasks with at most ``concurrency`` in flight.
+
+    ``processors`` maps a kind, or a (kind, state) pair, to a processor; the pair
+    wins. Use as a context manager: leaving waits up to ``shutdown_grace`` seconds
+    for tasks in flight, then releases the rest so another instance takes them at once.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        processors: Mapping[str | tuple[str, str], Processor],
+        *,
+        concurrency: int = 4,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+        listen: bool = True,
+        shutdown_grace: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidConfiguration(f"concurrency must be at least 1, got {concurrency}")
+        if not lease > 0 or not poll_interval > 0:
+            raise InvalidConfiguration(f"lease and poll_interval must be positive: {lease}, {poll_interval}")
+        if not processors:
+            raise InvalidConfiguration("register at least one processor")
+        self.conninfo = conninfo
+        self.processors = dict(processors)
+        self.kinds = sorted({key[0] if isinstance(key, tuple) else key for key in self.processors})
+        self.concurrency = concurrency
+        self.lease = lease
+        self.extend_every = lease / 3
+        self.safe_window = lease - self.extend_every
+        self.poll_interval = poll_interval
+        self.listen = listen
+        self.shutdown_grace = shutdown_grace
+        self.instance_id = uuid.uuid4()
+        self.name = instance_name(name)
+        self.stats = WorkerStats()
+        self._in_flight: dict[uuid.UUID, Task] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()  # no more new tasks
+        self._closed = threading.Event()  # no more leases kept either
+        self._threads: dict[str, threading.Thread] = {}
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tenure-task")
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=concurrency + 2,
+            kwargs=self._connection_options(),
+            open=False,
+            name=f"tenure-tasks-{self.name}",
+        )
+
+    def _connection_options(self) -> dict[str, Any]:
+        millis = max(1000, int(self.safe_window * 1000))
+        return {
+            "autocommit": True,
+            "application_name": f"tenure tasks {self.name}"[:63],
+            "options": f"-c statement_timeout={millis} -c idle_in_transaction_session_timeout={millis}",
+        }
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def start(self) -> TaskWorker:
+        self._pool.open(wait=True, timeout=30)
+        loops: list[tuple[Callable[[], None], str]] = [(self._poll, "poll"), (self._extend, "extend")]
+        if self.listen:
+            loops.append((self._listen, "listen"))
+        for target, role in loops:
+            self._threads[role] = threading.Thread(target=target, name=f"tenure-tasks-{role}", daemon=True)
+            self._threads[role].start()
+        return self
+
+    def stop(self) -> None:
+        """Stop taking tasks, let those in flight finish for ``shutdown_grace``, release the rest."""
+        self._stopping.set()
+        self._wake.set()
+        self._threads["poll"].join()
+        deadline = time.monotonic() + self.shutdown_grace
+        while self._held() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for task in self._held():
+            task.lost.set()  # whatever it still produces is discarded
+            try:
+                with self._pool.connection() as connection:
+                    Driver(connection).task_release(task.id, task.owner, task.epoch)
+            except (LeaseLost, psycopg.Error) as error:
+                log.info("%s: could not release %s: %s", self.name, task.id, error)
+        self._closed.set()
+        for thread in self._threads.values():
+            thread.join()
+        self._threads.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
+
+    def __enter__(self) -> TaskWorker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    def _held(self) -> list[Task]:
+        with self._lock:
+            return list(self._in_flight.values())
+
+    # -- taking tasks --------------------------------------------------------------
+
+    def _poll(self) -> None:
+        while not self._stopping.is_set():
+            free = self.concurrency - self.in_flight()
+            got = 0
+            if free > 0:
+                try:
+                    got = self._acquire(free)
+                except psycopg.Error as error:
+                    log.warning("%s: acquire failed: %s", self.name, error)
+            if got and got == free:
+                continue  # there may be more: ask again as soon as a slot frees
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+
+    def _acquire(self, limit: int) -> int:
+        sent = time.monotonic()
+        with self._pool.connection() as connection:
+            leases = Driver(connection).task_acquire(
+                self.instance_id, lease=self.lease, limit=limit, kinds=self.kinds
+            )
+        for lease in leases:
+            task = self._task(lease, sent)
+            with self._lock:
+                self._in_flight[task.id] = task
+                self.stats.acquired += 1
+            self._executor.submit(self._run, task)
+        return len(leases)
+
+    def _task(self, lease: TaskLease, sent: float) -> Task:
+        return Task(
+            id=lease.id,
+            kind=lease.kind,
+            state=lease.state,
+            data=lease.data,
+            epoch=lease.epoch,
+            attempts=lease.attempts,
+            owner=self.instance_id,
+            valid_until=sent + self.safe_window,
+        )
+
+    def _listen(self) -> None:
+        """Wake the poller when a task of our kinds becomes due; polling remains the truth."""
+        while not self._stopping.is_set():
+            try:
+                with connect(
+                    self.conninfo,
+                    application_name=f"tenure listen {self.name}",
+                    deadline=max(self.poll_interval, 1.0),
+                ) as connection:
+                    connection.execute("LISTEN tenure_task")
+                    self._wake.set()  # anything announced before LISTEN: poll now
+                    while not self._stopping.is_set():
+                        for notify in connection.notifies(timeout=0.5):
+                            if notify.payload in self.kinds:
+                                self._wake.set()
+            except psycopg.Error as error:
+                log.warning("%s: listen failed, polling only until it reconnects: %s", self.name, error)
+                self._stopping.wait(self.poll_interval)
+
+    # -- keeping leases --------------------------------------------------------------
+
+    def _extend(self) -> None:
+        while not self._closed.wait(self.extend_every):
+            for task in self._held():
+                if task.is_lost():
+                    self._lose(task, "no lease extension within the safe window")
+                    continue
+                sent = time.monotonic()
+                try:
+                    with self._pool.connection() as connection:
+                        Driver(connection).task_extend(task.id, task.owner, task.epoch, lease=self.lease)
+                    task.valid_until = sent + self.safe_window
+                except LeaseLost as error:
+                    self._lose(task, error.detail or error.message)
+                except psycopg.Error as error:
+                    log.warning("%s: extending %s failed: %s", self.name, task.id, error)
+
+    def _lose(self, task: Task, reason: str) -> None:
+        if not task.lost.is_set():
+            task.lost.set()
+            with self._lock:
+                self.stats.lost += 1
+            log.warning(
+                "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
+            )
+
+    # -- running processors ------------------------------------------------------------
+
+    def processor_for(self, kind: str, state: str) -> Processor | None:
+        return self.processors.get((kind, state)) or self.processors.get(kind)
+
+    def _run(self, task: Task) -> None:
+        try:
+            while not task.is_lost():
+                processor = self.processor_for(task.kind, task.state)
+                if processor is None:
+                    self._apply(task, Release(), routed_away=True)
+                    return
+                try:
+                    outcome = processor(task)
+                except Exception as error:
+                    log.exception("%s: processor failed on task %s", self.name, task.id)
+                    outcome = Fail(f"{error.__class__.__name__}: {error}")
+                if not self._apply(task, outcome):
+                    return
+                if not isinstance(outcome, Next):
+                    return
+                task.state = outcome.state
+                if outcome.data is not None:
+                    task.data = outcome.data
+                with self._lock:
+                    self.stats.routed += 1
+        finally:
+            with self._lock:
+                self._in_flight.pop(task.id, None)
+            self._wake.set()
+
+    def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
+        """Record the outcome with its writes in one transaction; False when it was discarded."""
+        if task.is_lost():
+            self._discard(task, "the lease was lost before the outcome was recorded")
+            return False
+        try:
+            with self._pool.connection() as connection, connection.transaction():
+                driver = Driver(connection)
+                writes: Writes | None = None
+                if isinstance(outcome, Complete):
+                    driver.task_complete(
+                        task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
+                    )
+                    writes = outcome.writes
+                elif isinstance(outcome, Next):
+                    driver.task_update(
+                        task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
+                    )
+                    writes = outcome.writes
+                elif isinstance(outcome, Release):
+                    driver.task_release(
+                        task.id,
+                        task.owner,
+                        task.epoch,
+                        delay=outcome.delay,
+                        state=outcome.state,
+                        data=outcome.data,
+                    )
+                    writes = outcome.writes
+                else:
+                    driver.task_fail(
+                        task.id, task.owner, task.epoch, error=outcome.error, retry_delay=outcome.retry_delay
+                    )
+                if writes is not None:
+                    writes(connection)
+        except LeaseLost as error:
+            self._lose(task, error.detail or error.message)
+            self._discard(task, "the database refused the outcome")
+            return False
+        except psycopg.Error as error:
+            log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
+            return False
+        with self._lock:
+            if isinstance(outcome, Complete):
+                self.stats.completed += 1
+            elif isinstance(outcome, Release) and not routed_away:
+                self.stats.released += 1
+            elif isinstance(outcome, Fail):
+                self.stats.failed += 1
+        return True
+
+    def _discard(self, task: Task, why: str) -> None:
+        with self._lock:
+            self.stats.discarded += 1
+        log.warning("%s: discarded the result of task %s (epoch %d): %s", self.name, task.id, task.epoch, why)

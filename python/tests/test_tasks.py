@@ -1,0 +1,202 @@
+"""The task driver and worker in-process, against a real database."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tenure import Driver, InvalidArgument, LeaseLost, NotFound
+from tenure.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
+
+
+def wait_until(condition: Any, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def statuses(driver: Driver, kind: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in driver.task_status():
+        if row.kind == kind:
+            counts[row.status] = counts.get(row.status, 0) + row.tasks
+    return counts
+
+
+def test_driver_round_trip_and_errors(admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    me, other = uuid.uuid4(), uuid.uuid4()
+    first = driver.task_enqueue("mail", {"to": "a@example.org"}, idempotency_key="order-1")
+    again = driver.task_enqueue("mail", {"to": "a@example.org"}, idempotency_key="order-1")
+    assert first.created and not again.created and again.id == first.id
+    many = driver.task_enqueue_many([{"kind": "mail", "data": {"n": n}, "delay": 60} for n in range(3)])
+    assert [m.created for m in many] == [True] * 3
+    (lease,) = driver.task_acquire(me, lease=30, limit=10, kinds=["mail"])
+    assert (lease.id, lease.epoch, lease.data) == (first.id, 1, {"to": "a@example.org"})
+    driver.task_update(lease.id, me, lease.epoch, state="sending", data={"to": "a@example.org", "try": 1})
+    with pytest.raises(LeaseLost) as lost:
+        driver.task_extend(lease.id, other, lease.epoch, lease=30)
+    assert lost.value.sqlstate == "TN102"
+    with pytest.raises(NotFound):
+        driver.task_extend(uuid.uuid4(), me, 1, lease=30)
+    with pytest.raises(InvalidArgument):
+        driver.task_enqueue("", {})
+    driver.task_complete(lease.id, me, lease.epoch, state="sent")
+    row = driver.task(lease.id)
+    assert row is not None and (row.status, row.state, row.owner) == ("done", "sent", None)
+    assert [r.id for r in driver.tasks(kind="mail", status="pending")] == [m.id for m in many]
+    assert statuses(driver, "mail") == {"done": 1, "pending": 3}
+
+
+def test_eject_refuses_the_previous_owner(admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    owner, callback = uuid.uuid4(), uuid.uuid4()
+    driver.task_enqueue("payment")
+    (lease,) = driver.task_acquire(owner, lease=60)
+    taken = driver.task_eject(lease.id, callback, lease=60)
+    assert taken is not None and taken.epoch == lease.epoch + 1
+    stale_writes: list[Callable[[], object]] = [
+        lambda: driver.task_extend(lease.id, owner, lease.epoch, lease=60),
+        lambda: driver.task_update(lease.id, owner, lease.epoch, state="x"),
+        lambda: driver.task_complete(lease.id, owner, lease.epoch),
+    ]
+    for write in stale_writes:
+        with pytest.raises(LeaseLost):
+            write()
+    driver.task_complete(lease.id, callback, taken.epoch, state="settled")
+    assert driver.task_eject(lease.id, owner, lease=60) is None, "a finished task cannot be taken"
+
+
+def complete(task: Task) -> Complete:
+    return Complete()
+
+
+def test_worker_completes_routes_and_releases(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    seen: list[tuple[str, int]] = []
+
+    def first(task: Task) -> Next:
+        seen.append((task.state, task.epoch))
+        return Next("second", data={"step": 1})
+
+    def second(task: Task) -> Release | Complete:
+        seen.append((task.state, task.epoch))
+        if task.data.get("waited"):
+            return Complete(state="finished")
+        return Release(delay=0.2, state="second", data={"waited": True})
+
+    driver.task_enqueue("flow")
+    driver.task_enqueue_many([{"kind": "plain"} for _ in range(20)])
+    processors: dict[str | tuple[str, str], Processor] = {
+        ("flow", "new"): first,
+        ("flow", "second"): second,
+        "plain": complete,
+    }
+    with TaskWorker(app_conninfo, processors, concurrency=3, lease=5, poll_interval=0.1) as worker:
+        assert wait_until(
+            lambda: statuses(driver, "plain") == {"done": 20} and statuses(driver, "flow") == {"done": 1}
+        )
+    assert worker.stats.completed == 21 and worker.stats.routed == 1 and worker.stats.released == 1
+    assert seen[0] == ("new", 1) and seen[1] == ("second", 1), "the routed step ran under the same lease"
+    assert seen[2] == ("second", 2), "after the release the task was leased again"
+    flow = driver.tasks(kind="flow")[0]
+    assert (flow.state, flow.data) == ("finished", {"waited": True})
+
+
+def test_failures_back_off_then_die_and_can_be_requeued(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    driver = Driver(admin)
+    (task,) = driver.task_enqueue_many([{"kind": "flaky", "max_attempts": 2}])
+    calls: list[int] = []
+
+    def flaky(t: Task) -> Complete:
+        calls.append(t.attempts)
+        raise RuntimeError("remote said no")
+
+    with TaskWorker(app_conninfo, {"flaky": flaky}, concurrency=1, lease=5, poll_interval=0.1) as worker:
+        assert wait_until(lambda: statuses(driver, "flaky") == {"dead": 1})
+    assert calls == [0, 1] and worker.stats.failed == 2
+    row = driver.task(task.id)
+    assert row is not None and row.last_error == "RuntimeError: remote said no"
+    assert driver.task_requeue(task.id) is True
+    assert statuses(driver, "flaky") == {"pending": 1}
+
+
+def test_a_lost_lease_discards_the_result(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    admin.execute("CREATE TABLE effects (task uuid)")
+    admin.execute("GRANT INSERT ON effects TO tenure_demo_app")
+    started, lost_seen = threading.Event(), threading.Event()
+
+    def slow(task: Task) -> Complete:
+        started.set()
+        if task.lost.wait(20):
+            lost_seen.set()
+        return Complete(writes=lambda db: db.execute("INSERT INTO effects VALUES (%s)", (task.id,)))
+
+    (enqueued,) = driver.task_enqueue_many([{"kind": "slow"}])
+    with TaskWorker(app_conninfo, {"slow": slow}, concurrency=1, lease=0.9, poll_interval=0.1) as worker:
+        assert started.wait(10)
+        taken = driver.task_eject(enqueued.id, uuid.uuid4(), lease=60)
+        assert taken is not None
+        assert lost_seen.wait(10), "the extender learned the lease was lost"
+        assert wait_until(lambda: worker.stats.discarded == 1)
+    assert admin.execute("SELECT count(*) FROM effects").fetchone() == (0,), "its writes never landed"
+    row = driver.task(enqueued.id)
+    assert row is not None and row.status == "pending" and row.epoch == taken.epoch
+
+
+def test_notifications_wake_an_idle_worker(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    with TaskWorker(app_conninfo, {"ping": complete}, lease=5, poll_interval=60) as worker:
+        time.sleep(0.5)  # the first poll found nothing; the next is a minute away
+        driver.task_enqueue("ping")
+        assert wait_until(lambda: worker.stats.completed == 1, timeout=30)
+
+
+def test_shutdown_releases_tasks_in_flight(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    started, finish = threading.Event(), threading.Event()
+
+    def stuck(task: Task) -> Complete:
+        started.set()
+        finish.wait(20)
+        return Complete()
+
+    (enqueued,) = driver.task_enqueue_many([{"kind": "stuck"}])
+    worker = TaskWorker(app_conninfo, {"stuck": stuck}, lease=30, poll_interval=0.1, shutdown_grace=0.2)
+    with worker:
+        assert started.wait(10)
+    finish.set()
+    row = driver.task(enqueued.id)
+    assert row is not None and row.owner is None and row.due, "released: due at once for another instance"
+    assert row.attempts == 0, "a release on shutdown is not a failed attempt"
+
+
+def test_processor_registry_and_validation(app_conninfo: str) -> None:
+    with pytest.raises(InvalidArgument):
+        TaskWorker(app_conninfo, {}, lease=5)
+    worker = TaskWorker(app_conninfo, {"a": complete, ("a", "x"): complete, ("b", "y"): complete}, lease=5)
+    assert worker.kinds == ["a", "b"]
+    assert worker.processor_for("b", "z") is None and worker.processor_for("a", "z") is complete
+
+
+def test_fail_outcome_with_retry_delay(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    driver.task_enqueue("later")
+    with TaskWorker(
+        app_conninfo, {"later": lambda t: Fail("busy", retry_delay=300)}, lease=5, poll_interval=0.1
+    ) as w:
+        assert wait_until(lambda: w.stats.failed == 1)
+    (row,) = driver.tasks(kind="later")
+    assert row.status == "pending" and not row.due and row.attempts == 1 and row.last_error == "busy"
