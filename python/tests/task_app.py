@@ -1,0 +1,57 @@
+"""A task application for the process tests: a two-step state machine whose steps
+write to an audit table in the same transaction as the task's transition.
+
+flow/new      "submits to a remote system", then waits for it: released, due in 0.2 s
+flow/waiting  "confirms with the remote system" and completes
+slow          holds its task for a while (for takeover timing), then completes
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from tenure.tasks import Complete, Processor, Release, Task
+
+
+def audit(task: Task, step: str) -> Any:
+    def write(db: psycopg.Connection[Any]) -> None:
+        db.execute(
+            "INSERT INTO task_audit (task_id, epoch, owner, step) VALUES (%s, %s, %s, %s)",
+            (task.id, task.epoch, task.owner, step),
+        )
+
+    return write
+
+
+def submit(task: Task) -> Release:
+    return Release(delay=0.2, state="waiting", writes=audit(task, "submit"))
+
+
+def confirm(task: Task) -> Complete:
+    return Complete(state="confirmed", writes=audit(task, "confirm"))
+
+
+def slow(task: Task) -> Complete:
+    time.sleep(float(task.data.get("seconds", 3)))
+    return Complete(writes=audit(task, "slow"))
+
+
+PROCESSORS: dict[str | tuple[str, str], Processor] = {
+    ("flow", "new"): submit,
+    ("flow", "waiting"): confirm,
+    "slow": slow,
+}
+
+AUDIT_SQL = """
+CREATE TABLE task_audit (
+    task_id uuid        NOT NULL,
+    epoch   bigint      NOT NULL,
+    owner   uuid        NOT NULL,
+    step    text        NOT NULL,
+    done_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT INSERT ON task_audit TO tenure_demo_app;
+"""

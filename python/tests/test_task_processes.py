@@ -1,0 +1,206 @@
+"""Task workers as real processes under SIGKILL and SIGSTOP, checked from the database.
+
+Four workers run 2,000 tasks of a two-step state machine whose second step waits on
+a "remote system" (the task is released and due again a little later). Workers are
+killed and frozen at random moments. Afterwards: every task reached its final state;
+the audit table, written through each step's transition, shows every step accepted
+exactly once; and each accepted write fell inside its own lease, by the server's
+clock, before the next owner's lease began.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from task_app import AUDIT_SQL
+
+from tenure import Driver
+
+TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
+LEASE, POLL = 1.0, 0.2
+# Process scheduling on a loaded two-core machine adds to the bound.
+SLACK = 0.5
+HERE = Path(__file__).resolve().parent
+
+
+class Worker:
+    def __init__(self, conninfo: str, log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tenure",
+                    "task",
+                    "worker",
+                    "--db",
+                    conninfo,
+                    "--module",
+                    "task_app",
+                    "--concurrency",
+                    "4",
+                    "--lease",
+                    str(LEASE),
+                    "--poll-interval",
+                    str(POLL),
+                    "--grace",
+                    "1",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONPATH=str(HERE)),
+            )
+        self.instance_id = self._wait_for_id()
+
+    def _wait_for_id(self) -> UUID:
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            found = re.search(r"task worker ([0-9a-f-]{36})", self.log.read_text())
+            if found:
+                return UUID(found.group(1))
+            time.sleep(0.05)
+        raise TimeoutError(f"worker did not start: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def workers(app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path) -> Iterator[list[Worker]]:
+    admin.execute(AUDIT_SQL)
+    started: list[Worker] = []
+
+    def spawn() -> Worker:
+        worker = Worker(app_conninfo, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker
+
+    for _ in range(4):
+        spawn()
+    try:
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def leases(admin: psycopg.Connection[Any]) -> dict[UUID, list[tuple[int, UUID, Any]]]:
+    by_task: dict[UUID, list[tuple[int, UUID, Any]]] = {}
+    for task_id, epoch, owner, leased_at in admin.execute(
+        "SELECT task_id, epoch, owner, leased_at FROM tenure.task_lease_log ORDER BY task_id, epoch"
+    ):
+        by_task.setdefault(task_id, []).append((epoch, owner, leased_at))
+    return by_task
+
+
+def test_two_step_tasks_survive_kills_and_freezes(
+    workers: list[Worker], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    driver = Driver(admin)
+    driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
+    chaos = random.Random(os.environ.get("TENURE_CHAOS_SEED", "tenure"))
+    kills = freezes = 0
+    deadline = time.monotonic() + 240
+
+    def done() -> int:
+        row = admin.execute("SELECT count(*) FROM tenure.task WHERE status = 'done'").fetchone()
+        return int(row[0]) if row else 0
+
+    while done() < TASKS and time.monotonic() < deadline:
+        time.sleep(chaos.uniform(0.05, 0.4))
+        if kills + freezes >= 12:
+            continue
+        alive = [w for w in workers if w.process.poll() is None]
+        victim = chaos.choice(alive)
+        if (kills + freezes) % 3 != 1:  # two kills for every freeze
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait()
+            workers.append(Worker(app_conninfo, tmp_path / f"worker-{len(workers)}.log"))
+            kills += 1
+        else:
+            victim.process.send_signal(signal.SIGSTOP)
+            time.sleep(LEASE + 0.5)
+            victim.process.send_signal(signal.SIGCONT)
+            freezes += 1
+    assert done() == TASKS, f"only {done()} of {TASKS} tasks finished"
+    assert kills + freezes > 0
+    for worker in workers:
+        worker.stop()
+
+    states = admin.execute("SELECT state, count(*) FROM tenure.task GROUP BY state").fetchall()
+    assert states == [("confirmed", TASKS)]
+    audit = admin.execute("SELECT task_id, epoch, owner, step, done_at FROM task_audit").fetchall()
+    steps = Counter((task_id, step) for task_id, _, _, step, _ in audit)
+    assert len(steps) == 2 * TASKS and set(steps.values()) == {1}, "every step accepted exactly once"
+
+    by_task = leases(admin)
+    for task_id, epoch, owner, step, done_at in audit:
+        held = by_task[task_id]
+        index = next(i for i, (e, _, _) in enumerate(held) if e == epoch)
+        assert held[index][1] == owner, (
+            f"{step} of {task_id} written by {owner}, not the holder of epoch {epoch}"
+        )
+        assert held[index][2] <= done_at, f"{step} of {task_id} written before its lease began"
+        if index + 1 < len(held):
+            assert done_at < held[index + 1][2], (
+                f"{step} of {task_id} in epoch {epoch} written at {done_at}, after epoch "
+                f"{held[index + 1][0]} began at {held[index + 1][2]}: two owners at once"
+            )
+    redone = sum(1 for held in by_task.values() if len(held) > 2)
+    print(f"{TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice")
+
+
+def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(
+    workers: list[Worker], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    driver = Driver(admin)
+    driver.task_enqueue_many([{"kind": "slow", "data": {"seconds": 4}} for _ in range(4)])
+    end = time.monotonic() + 20
+    held: list[tuple[UUID, UUID]] = []
+    while time.monotonic() < end and len(held) < 4:
+        held = admin.execute(
+            "SELECT id, owner FROM tenure.task WHERE kind = 'slow' AND owner IS NOT NULL"
+        ).fetchall()
+        time.sleep(0.05)
+    assert len(held) == 4
+    victim_id = held[0][1]
+    victim = next(w for w in workers if w.instance_id == victim_id)
+    mine = [task_id for task_id, owner in held if owner == victim_id]
+    killed_at = admin.execute("SELECT clock_timestamp()").fetchone()
+    assert killed_at is not None
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait()
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        taken = admin.execute(
+            "SELECT task_id, leased_at FROM tenure.task_lease_log WHERE task_id = ANY(%s) AND owner <> %s",
+            (mine, victim_id),
+        ).fetchall()
+        if len(taken) == len(mine):
+            break
+        time.sleep(0.05)
+    assert len(taken) == len(mine)
+    for task_id, leased_at in taken:
+        took = (leased_at - killed_at[0]).total_seconds()
+        assert took <= LEASE + POLL + SLACK, f"task {task_id} taken {took:.3f} s after the kill"
