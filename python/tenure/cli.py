@@ -114,12 +114,14 @@ def cmd_check_primary(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from tenure.demo import run_demo
+    from tenure.demo_tasks import run_task_demo
 
     workdir = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     ok = run_demo(
         args.db, instances=args.instances, interval=args.interval, timeout=args.timeout, workdir=workdir
     )
-    return 0 if ok else 1
+    tasks_ok = run_task_demo(args.db, workdir=workdir)
+    return 0 if ok and tasks_ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -139,20 +139,46 @@ def service_main(argv: list[str] | None = None) -> None:
 # -- running several as processes ------------------------------------------------
 
 
-@dataclass
-class ServiceProcess:
-    """A demo service running as a child process; its events are read from a log file."""
+class ChildProcess:
+    """A child process whose output goes to a log file; stopped with SIGTERM, then SIGKILL."""
 
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    utype: str
+    def __init__(self, command: list[str], log_path: Path, *, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
-    @classmethod
-    def spawn(
-        cls, conninfo: str, utype: str, log_path: Path, *, interval: float, timeout: float
-    ) -> ServiceProcess:
-        log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 (the child owns it)
-        process = subprocess.Popen(
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_output(self, pattern: str, wait: float = 20.0) -> re.Match[str]:
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            found = re.search(pattern, self.output())
+            if found:
+                return found
+            time.sleep(0.05)
+        raise TimeoutError(f"process {self.process.pid} printed no {pattern!r}; output:\n{self.output()}")
+
+    def signal(self, signum: int) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class ServiceProcess(ChildProcess):
+    """A demo service instance (python -m tenure.demo) as a child process."""
+
+    def __init__(self, conninfo: str, utype: str, log_path: Path, *, interval: float, timeout: float) -> None:
+        super().__init__(
             [
                 sys.executable,
                 "-m",
@@ -166,41 +192,61 @@ class ServiceProcess:
                 "--timeout",
                 str(timeout),
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log_path,
         )
-        log.close()
-        return cls(process=process, log_path=log_path, utype=utype)
+        self.utype = utype
+
+    @classmethod
+    def spawn(
+        cls, conninfo: str, utype: str, log_path: Path, *, interval: float, timeout: float
+    ) -> ServiceProcess:
+        return cls(conninfo, utype, log_path, interval=interval, timeout=timeout)
 
     def events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.log_path.read_text().splitlines():
-            if line.startswith("{"):
-                events.append(json.loads(line))
-        return events
+        return [json.loads(line) for line in self.output().splitlines() if line.startswith("{")]
 
     def instance_id(self, wait: float = 10.0) -> UUID:
-        end = time.monotonic() + wait
-        while time.monotonic() < end:
-            for event in self.events():
-                if event["event"] == "started":
-                    return UUID(event["instance_id"])
-            time.sleep(0.05)
-        raise TimeoutError(f"service {self.process.pid} did not start; log: {self.log_path.read_text()}")
+        return UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"', wait).group(1))
 
-    def signal(self, signum: int) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+class TaskWorkerProcess(ChildProcess):
+    """``tenure task worker`` as a child process."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        module: str,
+        log_path: Path,
+        *,
+        lease: float,
+        poll_interval: float,
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "tenure",
+                "task",
+                "worker",
+                "--db",
+                conninfo,
+                "--module",
+                module,
+                "--concurrency",
+                str(concurrency),
+                "--lease",
+                str(lease),
+                "--poll-interval",
+                str(poll_interval),
+                "--grace",
+                "1",
+            ],
+            log_path,
+            env=env,
+        )
+        self.instance_id = UUID(self.wait_for_output(r"task worker ([0-9a-f-]{36})").group(1))
 
 
 def wait_for_primary(

@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from tenure.cli import EXAMPLES, build_parser
+from tenure.cli import EXAMPLES, TASK_EXAMPLES, build_parser
 from tenure.demo import run_demo
+from tenure.demo_tasks import run_task_demo
 
 TENURE = [sys.executable, "-m", "tenure"]
 
 
-@pytest.mark.parametrize("command", [None, *EXAMPLES])
+@pytest.mark.parametrize("command", [None, *EXAMPLES, *(f"task {name}" for name in TASK_EXAMPLES)])
 def test_every_command_has_help_with_an_example(command: str | None) -> None:
-    args = [*TENURE, *([command] if command else []), "--help"]
+    args = [*TENURE, *(command.split() if command else []), "--help"]
     result = subprocess.run(args, capture_output=True, text=True, check=True)
     assert "usage: tenure" in result.stdout
     if command:
@@ -103,3 +104,33 @@ def test_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Path, caps
     assert "took over in term 2" in output
     assert re.search(r"takeover: [0-9.]+ s after the kill; bound T \+ I = 2.000 s", output)
     assert "no two primaries at any instant" in output
+
+
+def test_task_demo_recovers_the_killed_step(admin_conninfo: str, tmp_path: Path, capsys: Any) -> None:
+    assert run_task_demo(admin_conninfo, workdir=tmp_path) is True
+    output = capsys.readouterr().out
+    assert "nothing (killed)" in output
+    assert "every order charged once and shipped once" in output
+
+
+def test_task_commands(app_conninfo: str) -> None:
+    def tenure(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*TENURE, "task", *args, "--db", app_conninfo], capture_output=True, text=True)
+
+    first = tenure("enqueue", "--kind", "cli", "--data", '{"n": 1}', "--key", "k-1")
+    again = tenure("enqueue", "--kind", "cli", "--key", "k-1")
+    assert first.returncode == 0 and "enqueued" in first.stdout and "already there" in again.stdout
+    task_id = first.stdout.split()[0]
+    listing = tenure("list", "--kind", "cli", "--due")
+    assert task_id in listing.stdout and "new" in listing.stdout
+    shown = tenure("show", task_id)
+    assert '"data": {\n    "n": 1\n  }' in shown.stdout
+    ejected = tenure("eject", task_id, "--lease", "60")
+    assert ejected.returncode == 0 and "epoch 1" in ejected.stdout
+    assert tenure("requeue", task_id).returncode == 1, "a pending task is not requeued"
+    assert tenure("show", "00000000-0000-0000-0000-000000000000").returncode == 3
+    assert "0 tasks purged" in tenure("purge", "--older-than", "0").stdout
+    missing = subprocess.run(
+        [*TENURE, "task", "worker", "--db", app_conninfo, "--module", "json"], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "PROCESSORS" in missing.stderr

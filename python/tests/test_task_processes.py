@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +25,7 @@ import pytest
 from task_app import AUDIT_SQL
 
 from tenure import Driver
+from tenure.demo import TaskWorkerProcess
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
 LEASE, POLL = 1.0, 0.2
@@ -36,68 +34,18 @@ SLACK = 0.5
 HERE = Path(__file__).resolve().parent
 
 
-class Worker:
-    def __init__(self, conninfo: str, log: Path) -> None:
-        self.log = log
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tenure",
-                    "task",
-                    "worker",
-                    "--db",
-                    conninfo,
-                    "--module",
-                    "task_app",
-                    "--concurrency",
-                    "4",
-                    "--lease",
-                    str(LEASE),
-                    "--poll-interval",
-                    str(POLL),
-                    "--grace",
-                    "1",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ, PYTHONPATH=str(HERE)),
-            )
-        self.instance_id = self._wait_for_id()
-
-    def _wait_for_id(self) -> UUID:
-        end = time.monotonic() + 20
-        while time.monotonic() < end:
-            found = re.search(r"task worker ([0-9a-f-]{36})", self.log.read_text())
-            if found:
-                return UUID(found.group(1))
-            time.sleep(0.05)
-        raise TimeoutError(f"worker did not start: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def spawn_worker(conninfo: str, log: Path) -> TaskWorkerProcess:
+    return TaskWorkerProcess(
+        conninfo, "task_app", log, lease=LEASE, poll_interval=POLL, env=dict(os.environ, PYTHONPATH=str(HERE))
+    )
 
 
 @pytest.fixture
-def workers(app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path) -> Iterator[list[Worker]]:
+def workers(
+    app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> Iterator[list[TaskWorkerProcess]]:
     admin.execute(AUDIT_SQL)
-    started: list[Worker] = []
-
-    def spawn() -> Worker:
-        worker = Worker(app_conninfo, tmp_path / f"worker-{len(started)}.log")
-        started.append(worker)
-        return worker
-
-    for _ in range(4):
-        spawn()
+    started = [spawn_worker(app_conninfo, tmp_path / f"worker-{n}.log") for n in range(4)]
     try:
         yield started
     finally:
@@ -115,7 +63,7 @@ def leases(admin: psycopg.Connection[Any]) -> dict[UUID, list[tuple[int, UUID, A
 
 
 def test_two_step_tasks_survive_kills_and_freezes(
-    workers: list[Worker], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    workers: list[TaskWorkerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
@@ -136,7 +84,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
         if (kills + freezes) % 3 != 1:  # two kills for every freeze
             victim.process.send_signal(signal.SIGKILL)
             victim.process.wait()
-            workers.append(Worker(app_conninfo, tmp_path / f"worker-{len(workers)}.log"))
+            workers.append(spawn_worker(app_conninfo, tmp_path / f"worker-{len(workers)}.log"))
             kills += 1
         else:
             victim.process.send_signal(signal.SIGSTOP)
@@ -172,7 +120,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
 
 
 def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(
-    workers: list[Worker], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    workers: list[TaskWorkerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "slow", "data": {"seconds": 4}} for _ in range(4)])
