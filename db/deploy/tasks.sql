@@ -86,7 +86,7 @@ CREATE VIEW tenure.tasks AS
 SELECT id, kind, state, status, owner, epoch, data, attempts, max_attempts, last_error,
        idempotency_key, created_at, last_change, last_action, next_action, leased_at, finished_at,
        status = 'pending' AND owner IS NOT NULL AND next_action >= now() AS leased,
-       status = 'pending' AND next_action <= now() AS due
+       status = 'pending' AND next_action <= now() AND (owner IS NULL OR next_action < now()) AS due
   FROM tenure.task;
 COMMENT ON VIEW tenure.tasks IS
     'Every task with its state, status, owner and epoch; leased = held under a lease that has not run out, due = can be acquired now.';
@@ -95,7 +95,8 @@ CREATE VIEW tenure.task_status AS
 SELECT kind, state, status,
        count(*) AS tasks,
        count(*) FILTER (WHERE status = 'pending' AND owner IS NOT NULL AND next_action >= now()) AS leased,
-       count(*) FILTER (WHERE status = 'pending' AND next_action <= now()) AS due,
+       count(*) FILTER (WHERE status = 'pending' AND next_action <= now()
+                          AND (owner IS NULL OR next_action < now())) AS due,
        now() - min(next_action) FILTER (WHERE status = 'pending' AND next_action <= now()
                                          AND (owner IS NULL OR next_action < now())) AS oldest_due_age,
        max(attempts) AS max_attempts_used

@@ -96,6 +96,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_input tenure._task_input[];
     v_bad tenure._task_input;
+    v_created uuid[];
     v_kind text;
 BEGIN
     IF p_tasks IS NULL OR jsonb_typeof(p_tasks) <> 'array' THEN
@@ -140,7 +141,6 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
 
-    RETURN QUERY
     WITH inserted AS (
         INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
                                       created_at, last_change, last_action, next_action)
@@ -149,23 +149,20 @@ BEGIN
           FROM unnest(v_input) i
          ORDER BY i.ord
         ON CONFLICT DO NOTHING
-        RETURNING t.id, t.kind, t.next_action, t.idempotency_key
+        RETURNING t.id
     )
-    SELECT r.id, r.kind, r.created, r.next_action
+    SELECT coalesce(array_agg(n.id), '{}') INTO v_created FROM inserted n;
+
+    -- A new statement, so a new snapshot: a task that a concurrent enqueue with
+    -- the same id or key committed while ours waited on it is visible now.
+    RETURN QUERY
+    SELECT coalesce(by_id.id, by_key.id), coalesce(by_id.kind, by_key.kind),
+           by_id.id IS NOT NULL AND by_id.id = ANY (v_created)
+               AND i.ord = (SELECT min(j.ord) FROM unnest(v_input) j WHERE j.id = i.id),
+           coalesce(by_id.next_action, by_key.next_action)
       FROM unnest(v_input) i
-      CROSS JOIN LATERAL (
-          SELECT n.id, n.kind, true AS created, n.next_action FROM inserted n WHERE n.id = i.id
-          UNION ALL
-          -- Not created by this row: an existing task with its id or key, or one
-          -- created by an earlier row of this same call with its key.
-          (SELECT coalesce(n.id, t.id), coalesce(n.kind, t.kind), false, coalesce(n.next_action, t.next_action)
-             FROM (SELECT 1) one
-             LEFT JOIN inserted n ON n.idempotency_key = i.idempotency_key AND n.id <> i.id
-             LEFT JOIN tenure.task t ON t.id = i.id OR t.idempotency_key = i.idempotency_key
-            WHERE NOT EXISTS (SELECT FROM inserted m WHERE m.id = i.id)
-              AND (n.id IS NOT NULL OR t.id IS NOT NULL)
-            LIMIT 1)
-      ) r
+      LEFT JOIN tenure.task by_id ON by_id.id = i.id
+      LEFT JOIN tenure.task by_key ON by_key.idempotency_key = i.idempotency_key
      ORDER BY i.ord;
 
     FOR v_kind IN SELECT DISTINCT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0' LOOP
@@ -209,6 +206,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_wanted integer := p_limit;
+    v_died integer;
+    v_task record;
 BEGIN
     IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_limit IS NULL
        OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0 OR array_position(p_kinds, NULL) IS NOT NULL THEN
@@ -225,41 +225,59 @@ BEGIN
 
     -- The lease times are read per row after SKIP LOCKED locked it: a task held by
     -- a fenced transaction is skipped, so a new lease always begins after every
-    -- write fenced by the previous one committed.
-    RETURN QUERY
-    WITH due AS (
-        SELECT t.id, t.owner IS NOT NULL AND t.attempts + 1 >= t.max_attempts AS dies
-          FROM tenure.task t
-         WHERE t.status = 'pending' AND t.next_action <= v_now
-           AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
-         ORDER BY t.next_action
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    ), taken AS (
-        UPDATE tenure.task AS t
-           SET owner       = CASE WHEN due.dies THEN NULL ELSE p_owner END,
-               epoch       = CASE WHEN due.dies THEN t.epoch ELSE t.epoch + 1 END,
-               status      = CASE WHEN due.dies THEN 'dead' ELSE 'pending' END,
-               leased_at   = CASE WHEN due.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) END,
-               next_action = CASE WHEN due.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) + p_lease END,
-               finished_at = CASE WHEN due.dies THEN coalesce(p_now, clock_timestamp()) END,
-               last_action = coalesce(p_now, clock_timestamp()),
-               -- A lease that ran out without a word was a failed attempt.
-               attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
-               last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
-                                  ELSE format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
-                             END
-          FROM due
-         WHERE t.id = due.id
-        RETURNING t.*
-    ), logged AS (
-        INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
-        SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired' FROM taken k WHERE k.status = 'pending'
-    )
-    SELECT k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action
-      FROM taken k
-     WHERE k.status = 'pending'
-     ORDER BY k.leased_at;
+    -- write fenced by the previous one committed. A leased task is due only once
+    -- its lease is past (the holder may still write at next_action itself). Tasks
+    -- that die here do not count against p_limit: look again for the rest.
+    LOOP
+        v_died := 0;
+        FOR v_task IN
+            WITH due AS (
+                SELECT t.id, t.next_action AS due_at,
+                       t.owner IS NOT NULL AND t.attempts + 1 >= t.max_attempts AS dies
+                  FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.next_action <= v_now
+                   AND (t.owner IS NULL OR t.next_action < v_now)
+                   AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+                 ORDER BY t.next_action
+                 LIMIT v_wanted
+                   FOR UPDATE SKIP LOCKED
+            ), taken AS (
+                UPDATE tenure.task AS t
+                   SET owner       = CASE WHEN due.dies THEN NULL ELSE p_owner END,
+                       epoch       = CASE WHEN due.dies THEN t.epoch ELSE t.epoch + 1 END,
+                       status      = CASE WHEN due.dies THEN 'dead' ELSE 'pending' END,
+                       leased_at   = CASE WHEN due.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) END,
+                       next_action = CASE WHEN due.dies THEN NULL
+                                          ELSE coalesce(p_now, clock_timestamp()) + p_lease END,
+                       finished_at = CASE WHEN due.dies THEN coalesce(p_now, clock_timestamp()) END,
+                       last_action = coalesce(p_now, clock_timestamp()),
+                       -- A lease that ran out without a word was a failed attempt.
+                       attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
+                       last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
+                                          ELSE format('lease of %s in epoch %s ran out at %s',
+                                                      t.owner, t.epoch, t.next_action)
+                                     END
+                  FROM due
+                 WHERE t.id = due.id
+                RETURNING t.*, due.due_at
+            ), logged AS (
+                INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
+                SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired' FROM taken k WHERE k.status = 'pending'
+            )
+            SELECT k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action, k.status
+              FROM taken k
+             ORDER BY k.due_at
+        LOOP
+            IF v_task.status = 'dead' THEN
+                v_died := v_died + 1;
+            ELSE
+                v_wanted := v_wanted - 1;
+                RETURN NEXT (v_task.id, v_task.kind, v_task.state, v_task.data, v_task.epoch, v_task.attempts,
+                             v_task.next_action)::tenure.task_lease;
+            END IF;
+        END LOOP;
+        EXIT WHEN v_died = 0 OR v_wanted = 0;
+    END LOOP;
 END
 $$;
 
@@ -636,6 +654,7 @@ BEGIN
         PERFORM tenure._invalid_argument('task_purge', 'p_include_dead', 'must not be NULL', NULL,
             'Pass true to purge dead tasks too, false to keep them for inspection.');
     END IF;
+    PERFORM tenure._durable();
     DELETE FROM tenure.task AS t
      WHERE t.status IN ('done', CASE WHEN p_include_dead THEN 'dead' END)
        AND t.finished_at < v_now - p_older_than;

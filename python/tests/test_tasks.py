@@ -200,3 +200,21 @@ def test_fail_outcome_with_retry_delay(app_conninfo: str, admin: psycopg.Connect
         assert wait_until(lambda: w.stats.failed == 1)
     (row,) = driver.tasks(kind="later")
     assert row.status == "pending" and not row.due and row.attempts == 1 and row.last_error == "busy"
+
+
+@pytest.mark.parametrize("by", ["key", "id"])
+def test_an_idempotent_enqueue_racing_another_returns_the_winner(connect: Any, by: str) -> None:
+    first, second = connect(), connect()
+    task_id = uuid.uuid4()
+    options: dict[str, Any] = {"idempotency_key": "race-1"} if by == "key" else {"id": task_id}
+    answers: list[Any] = []
+    with first.transaction():
+        won = Driver(first).task_enqueue("race", **options)
+        racer = threading.Thread(
+            target=lambda: answers.append(Driver(second).task_enqueue("race", **options))
+        )
+        racer.start()
+        time.sleep(0.3)  # the racer now waits on our uncommitted row
+    racer.join(10)
+    assert won.created and len(answers) == 1
+    assert answers[0].id == won.id and not answers[0].created
