@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -144,7 +143,6 @@ class TaskWorker:
         self._stopping = threading.Event()  # no more new tasks
         self._closed = threading.Event()  # no more leases kept either
         self._threads: dict[str, threading.Thread] = {}
-        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tenure-task")
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -193,7 +191,6 @@ class TaskWorker:
         for thread in self._threads.values():
             thread.join()
         self._threads.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
         self._pool.close()
 
     def __enter__(self) -> TaskWorker:
@@ -239,7 +236,11 @@ class TaskWorker:
             with self._lock:
                 self._in_flight[task.id] = task
                 self.stats.acquired += 1
-            self._executor.submit(self._run, task)
+            # A daemon thread per task (at most `concurrency` at once): a processor that
+            # hangs must not keep the process from exiting once its task was released.
+            threading.Thread(
+                target=self._run, args=(task,), name=f"tenure-task-{task.id}", daemon=True
+            ).start()
         return len(leases)
 
     def _task(self, lease: TaskLease, sent: float) -> Task:
@@ -292,6 +293,9 @@ class TaskWorker:
                     log.warning("%s: extending %s failed: %s", self.name, task.id, error)
 
     def _lose(self, task: Task, reason: str) -> None:
+        with self._lock:
+            if task.id not in self._in_flight:
+                return  # it finished while the extender was at it
         if not task.lost.is_set():
             task.lost.set()
             with self._lock:
