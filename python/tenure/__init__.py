@@ -3,6 +3,7 @@
 from tenure.driver import Driver, HeartbeatStatus, PrimaryEntry, TaskEnqueued, TaskLease, TaskRow, TaskStatus
 from tenure.elector import ElectionTiming, Elector
 from tenure.errors import (
+    ClaimLost,
     FencingError,
     InvalidArgument,
     InvalidConfiguration,
@@ -14,6 +15,7 @@ from tenure.errors import (
 from tenure.health import PrimaryEndpoint, PrimaryWatch
 
 __all__ = [
+    "ClaimLost",
     "Driver",
     "ElectionTiming",
     "Elector",

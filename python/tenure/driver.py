@@ -111,6 +111,44 @@ class TaskStatus:
     max_attempts_used: int
 
 
+@dataclass(frozen=True)
+class ClaimGrant:
+    """A key of the caller: renewed, released, taken, or (key None) a take skipped as busy."""
+
+    key: str | None
+    epoch: int | None
+    expires_at: datetime | None
+    change: str
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One row of the view ``tenure.claims``."""
+
+    keyspace: str
+    key: str
+    claimant: UUID | None
+    epoch: int
+    expires_at: datetime | None
+    claimed_at: datetime | None
+    claim_age: timedelta | None
+    live: bool
+    unclaimed_for: timedelta | None
+
+
+@dataclass(frozen=True)
+class ClaimInstance:
+    """One row of the view ``tenure.claim_instances``."""
+
+    keyspace: str
+    instance_id: UUID
+    renewed_at: datetime
+    expires_at: datetime
+    live: bool
+    keys_held: int
+    fair_share: int
+
+
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -328,3 +366,66 @@ class Driver:
 
     def task_status(self) -> list[TaskStatus]:
         return self._rows(TaskStatus, "SELECT * FROM tenure.task_status ORDER BY kind, status, state", ())
+
+    # -- claims --------------------------------------------------------------------
+
+    def claim_register(self, keyspace: str, keys: Sequence[str]) -> int:
+        return int(self._scalar("SELECT tenure.claim_register(%s, %s)", (keyspace, list(keys))))
+
+    def claim_retire(self, keyspace: str, keys: Sequence[str]) -> int:
+        return int(self._scalar("SELECT tenure.claim_retire(%s, %s)", (keyspace, list(keys))))
+
+    def claim_renew(self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float) -> list[ClaimGrant]:
+        """Renew every claim the instance holds; keys above the fair share come back 'released'."""
+        return self._rows(
+            ClaimGrant,
+            "SELECT * FROM tenure.claim_renew(%s, %s, %s)",
+            (keyspace, instance_id, _seconds(expiry)),
+        )
+
+    def claim_take(
+        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
+    ) -> list[ClaimGrant]:
+        """Take free or expired keys up to the fair share; one row with change 'busy' when skipped."""
+        return self._rows(
+            ClaimGrant,
+            "SELECT * FROM tenure.claim_take(%s, %s, %s, %s)",
+            (keyspace, instance_id, _seconds(expiry), limit),
+        )
+
+    def claim_release(self, keyspace: str, instance_id: UUID, keys: Sequence[str] | None = None) -> int:
+        """Give keys back; with None, all of them, and leave the keyspace."""
+        return int(
+            self._scalar(
+                "SELECT tenure.claim_release(%s, %s, %s)",
+                (keyspace, instance_id, None if keys is None else list(keys)),
+            )
+        )
+
+    def claim_check(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> bool:
+        return bool(
+            self._scalar("SELECT tenure.claim_check(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch))
+        )
+
+    def claim_fence(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> None:
+        """Raise ClaimLost unless the instance holds the key in that epoch.
+
+        Call it inside the transaction of the write it guards.
+        """
+        self._scalar("SELECT tenure.claim_fence(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch))
+
+    def claims(self, keyspace: str | None = None) -> list[ClaimRow]:
+        return self._rows(
+            ClaimRow,
+            "SELECT * FROM tenure.claims WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
+            "ORDER BY keyspace, key",
+            {"keyspace": keyspace},
+        )
+
+    def claim_instances(self, keyspace: str | None = None) -> list[ClaimInstance]:
+        return self._rows(
+            ClaimInstance,
+            "SELECT * FROM tenure.claim_instances "
+            "WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s ORDER BY keyspace, instance_id",
+            {"keyspace": keyspace},
+        )

@@ -57,6 +57,12 @@ class LeaseLost(FencingError):
     sqlstate = "TN102"
 
 
+class ClaimLost(FencingError):
+    """TN103: the instance does not hold the key in that epoch (or the claim expired)."""
+
+    sqlstate = "TN103"
+
+
 class NotFound(TenureError, LookupError):
     """TN201: no such task (never existed, or purged)."""
 
@@ -65,7 +71,7 @@ class NotFound(TenureError, LookupError):
 
 BY_SQLSTATE: dict[str, type[TenureError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidArgument, InvalidConfiguration, NotPrimary, LeaseLost, NotFound)
+    for cls in (InvalidArgument, InvalidConfiguration, NotPrimary, LeaseLost, ClaimLost, NotFound)
     if cls.sqlstate is not None
 }
 

@@ -1,0 +1,212 @@
+"""The claimer: holds a fair share of a keyspace's keys, as in Grid's claim-and-expiry plan.
+
+Every cycle it renews all its claims (the database says which it still holds, and
+which it must give up above the fair share), then takes free or expired keys up to
+the fair share (skipped when another instance is taking), then tells the
+application what it gained and lost. A key whose claim was not renewed within the
+safe window (expiry - cycle after the renewal was sent, monotonic clock) is lost
+locally, whatever the database says later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+from tenure.connect import connect, instance_name
+from tenure.driver import Driver
+from tenure.errors import InvalidArgument, InvalidConfiguration
+
+log = logging.getLogger(__name__)
+
+Keys = dict[str, int]  # key -> epoch
+
+
+class Claimer:
+    """Runs the claim cycle for one keyspace in a background thread.
+
+    ``on_gained(keys)`` and ``on_lost(keys)`` receive {key: epoch}; they run on the
+    claim thread, or on the watchdog thread when the safe window passes. Leaving
+    the context manager releases every claim and leaves the keyspace.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        keyspace: str,
+        *,
+        cycle: float,
+        expiry: float,
+        name: str | None = None,
+        on_gained: Callable[[Keys], None] | None = None,
+        on_lost: Callable[[Keys], None] | None = None,
+    ) -> None:
+        if not cycle > 0:
+            raise InvalidConfiguration(f"cycle must be positive, got {cycle!r} s")
+        if not expiry > 2 * cycle:
+            raise InvalidConfiguration(
+                f"expiry must be longer than twice the cycle: expiry={expiry} s, cycle={cycle} s",
+                hint="Choose expiry > 2 * cycle (3 * cycle is a good start): a claim must survive one failed "
+                "renewal, and the claimer gives its keys up locally after expiry - cycle without one.",
+            )
+        if not keyspace or not keyspace.strip() or len(keyspace) > 200:
+            raise InvalidArgument(
+                f"keyspace must be a non-empty name of at most 200 characters: {keyspace!r}"
+            )
+        self.conninfo = conninfo
+        self.keyspace = keyspace
+        self.cycle = cycle
+        self.expiry = expiry
+        self.safe_window = expiry - cycle
+        self.instance_id = uuid.uuid4()
+        self.name = instance_name(name)
+        self._on_gained = on_gained
+        self._on_lost = on_lost
+        self._state = threading.Condition()
+        self._held: Keys = {}
+        self._deadline = 0.0
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._connection: psycopg.Connection[Any] | None = None
+        self.busy_skips = 0
+
+    # -- what the application asks ---------------------------------------------------
+
+    def held(self) -> Keys:
+        """The keys this instance holds with their epochs; empty once the safe window passed."""
+        with self._state:
+            return dict(self._held) if time.monotonic() < self._deadline else {}
+
+    def epoch(self, key: str) -> int | None:
+        return self.held().get(key)
+
+    def wait_for(self, condition: Callable[[Keys], bool], timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if condition(self.held()):
+                return True
+            time.sleep(0.02)
+        return condition(self.held())
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def start(self) -> Claimer:
+        for target, role in ((self._run, "claim"), (self._watch_deadline, "watchdog")):
+            thread = threading.Thread(target=target, name=f"tenure-{role}-{self.keyspace}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, *, release: bool = True) -> None:
+        self._stopping.set()
+        with self._state:
+            self._state.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        self._update({}, 0.0, reason="stopped")
+        if release:
+            try:
+                if self._connection is None or self._connection.closed:
+                    self._connection = self._connect()
+                Driver(self._connection).claim_release(self.keyspace, self.instance_id)
+            except psycopg.Error as error:
+                log.warning("%s: could not release the claims of %s: %s", self.name, self.keyspace, error)
+        if self._connection is not None:
+            self._connection.close()
+
+    def __enter__(self) -> Claimer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- the cycle ----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return connect(
+            self.conninfo,
+            application_name=f"tenure claimer {self.keyspace} {self.name}",
+            deadline=self.safe_window,
+        )
+
+    def _run(self) -> None:
+        next_cycle = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                self._cycle()
+            except psycopg.Error as error:
+                log.warning("%s: %s claim cycle failed: %s", self.name, self.keyspace, error)
+                if self._connection is not None:
+                    self._connection.close()
+                    self._connection = None
+            next_cycle = max(next_cycle + self.cycle, time.monotonic())
+            self._stopping.wait(next_cycle - time.monotonic())
+
+    def _cycle(self) -> None:
+        if self._connection is None or self._connection.closed:
+            self._connection = self._connect()
+        driver = Driver(self._connection)
+        sent = time.monotonic()
+        renewed = driver.claim_renew(self.keyspace, self.instance_id, expiry=self.expiry)
+        held = {g.key: g.epoch for g in renewed if g.change == "renewed" and g.key and g.epoch}
+        deadline = sent + self.safe_window
+        if time.monotonic() >= deadline:
+            held = {}  # answered too late to act on
+        self._update(held, deadline, reason="not renewed")
+        taken = driver.claim_take(self.keyspace, self.instance_id, expiry=self.expiry)
+        if any(g.change == "busy" for g in taken):
+            self.busy_skips += 1
+            return
+        gained = {g.key: g.epoch for g in taken if g.key and g.epoch}
+        if gained and time.monotonic() < deadline:
+            self._update({**held, **gained}, deadline, reason="")
+
+    def _update(self, held: Keys, deadline: float, *, reason: str) -> None:
+        with self._state:
+            before = self._held
+            self._held, self._deadline = held, deadline
+            self._state.notify_all()
+        lost = {k: e for k, e in before.items() if held.get(k) != e}
+        gained = {k: e for k, e in held.items() if before.get(k) != e}
+        if lost:
+            log.info("%s: lost %d keys of %s (%s)", self.name, len(lost), self.keyspace, reason)
+            self._call(self._on_lost, lost)
+        if gained:
+            self._call(self._on_gained, gained)
+
+    def _watch_deadline(self) -> None:
+        """Give every key up locally at expiry - cycle after the last renewal was sent."""
+        with self._state:
+            while not self._stopping.is_set():
+                if not self._held:
+                    self._state.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._state.wait(left)
+                    continue
+                lost, self._held = self._held, {}
+                self._state.release()
+                try:
+                    log.info("%s: no renewal of %s within the safe window", self.name, self.keyspace)
+                    self._call(self._on_lost, lost)
+                finally:
+                    self._state.acquire()
+
+    def _call(self, callback: Callable[[Keys], None] | None, keys: Keys) -> None:
+        if callback is None:
+            return
+        try:
+            callback(keys)
+        except Exception:
+            log.exception("%s: claim callback %r failed", self.name, callback)

@@ -1,0 +1,139 @@
+"""A claim-holding demo service: it holds a fair share of a keyspace's keys and, every
+``work_every`` seconds, does fenced work on a few of the keys it holds (a row in
+``tenure_demo.claim_work`` written under ``claim_fence`` in the same transaction).
+It prints one JSON line per event. Run one with
+``python -m tenure.demo_claims --db URL --keyspace services``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from tenure.claimer import Claimer, Keys
+from tenure.connect import connect
+from tenure.demo import APP_ROLE, ChildProcess
+from tenure.driver import Driver
+from tenure.errors import ClaimLost
+from tenure.shutdown import wait_for_shutdown
+
+SETUP_SQL = f"""
+CREATE TABLE IF NOT EXISTS tenure_demo.claim_work (
+    keyspace    text        NOT NULL,
+    key         text        NOT NULL,
+    epoch       bigint      NOT NULL,
+    instance_id uuid        NOT NULL,
+    done_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT INSERT ON tenure_demo.claim_work TO {APP_ROLE};
+"""
+
+
+def _emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, "mono": round(time.monotonic(), 4), **fields}, default=str), flush=True)
+
+
+def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, work_every: float) -> None:
+    claimer = Claimer(
+        conninfo,
+        keyspace,
+        cycle=cycle,
+        expiry=expiry,
+        on_gained=lambda keys: _emit("gained", count=len(keys)),
+        on_lost=lambda keys: _emit("lost", count=len(keys)),
+    )
+    stop = threading.Event()
+    chooser = random.Random()
+
+    def work() -> None:
+        connection = connect(
+            conninfo, application_name=f"tenure demo claim work {claimer.name}", deadline=expiry
+        )
+        driver = Driver(connection)
+        while not stop.wait(work_every):
+            held: Keys = claimer.held()
+            for key in chooser.sample(sorted(held), min(5, len(held))):
+                epoch = held[key]
+                if claimer.epoch(key) != epoch:
+                    continue  # lost meanwhile: do not act on it
+                try:
+                    with connection.transaction():
+                        driver.claim_fence(keyspace, claimer.instance_id, key, epoch)
+                        connection.execute(
+                            "INSERT INTO tenure_demo.claim_work (keyspace, key, epoch, instance_id) "
+                            "VALUES (%s, %s, %s, %s)",
+                            (keyspace, key, epoch, claimer.instance_id),
+                        )
+                    _emit("work", key=key, epoch=epoch)
+                except ClaimLost:
+                    _emit("refused", key=key, epoch=epoch)
+                except psycopg.Error as error:
+                    _emit("work_failed", error=str(error).splitlines()[0])
+                    if connection.broken or connection.closed:
+                        connection = connect(
+                            conninfo, application_name="tenure demo claim work", deadline=expiry
+                        )
+                        driver = Driver(connection)
+        connection.close()
+
+    with claimer:
+        _emit("started", instance_id=str(claimer.instance_id), pid=os.getpid())
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        wait_for_shutdown()
+        stop.set()
+        worker.join()
+    _emit("released")
+
+
+class ClaimerProcess(ChildProcess):
+    """A claim-holding demo service as a child process."""
+
+    def __init__(self, conninfo: str, keyspace: str, log_path: Path, *, cycle: float, expiry: float) -> None:
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "tenure.demo_claims",
+                "--db",
+                conninfo,
+                "--keyspace",
+                keyspace,
+                "--cycle",
+                str(cycle),
+                "--expiry",
+                str(expiry),
+            ],
+            log_path,
+        )
+        self.instance_id = UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"').group(1))
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.output().splitlines() if line.startswith("{")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tenure.demo_claims", description="one claim-holding demo service"
+    )
+    parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""))
+    parser.add_argument("--keyspace", default="services")
+    parser.add_argument("--cycle", type=float, default=0.5)
+    parser.add_argument("--expiry", type=float, default=1.5)
+    parser.add_argument("--work-every", type=float, default=0.2)
+    args = parser.parse_args(argv)
+    run_service(args.db, args.keyspace, cycle=args.cycle, expiry=args.expiry, work_every=args.work_every)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Claims with real processes: 300 keys, 3 instances, a 4th joins, one is killed, one
+is frozen past its expiry and resumed. Checked from the database's claim log and the
+fenced work the instances did: never two claimants of a key at one instant, no key
+without a claimant for longer than expiry + one cycle, shares converging to 1/N."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from tenure import Driver
+from tenure.demo import server_now
+from tenure.demo_claims import SETUP_SQL, ClaimerProcess
+
+CYCLE, EXPIRY = 0.3, 1.0
+KEYSPACE, KEYS = "services", 300
+# Process scheduling on a loaded two-core machine adds to the bounds.
+SLACK = 0.5
+
+
+@pytest.fixture
+def claimers(
+    app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> Iterator[list[ClaimerProcess]]:
+    admin.execute(SETUP_SQL)
+    spawned: list[ClaimerProcess] = []
+    try:
+        yield spawned
+    finally:
+        for process in spawned:
+            process.stop()
+
+
+def shares(driver: Driver) -> dict[UUID, int]:
+    return {i.instance_id: i.keys_held for i in driver.claim_instances(KEYSPACE) if i.live}
+
+
+def converge(driver: Driver, expected: dict[UUID, int], cycles: int) -> None:
+    end = time.monotonic() + cycles * CYCLE + SLACK
+    while time.monotonic() < end and shares(driver) != expected:
+        time.sleep(0.05)
+    assert shares(driver) == expected, f"after {cycles} cycles: {shares(driver)}"
+
+
+def test_claims_with_joins_kills_and_freezes(
+    claimers: list[ClaimerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    driver = Driver(admin)
+
+    def spawn() -> ClaimerProcess:
+        process = ClaimerProcess(
+            app_conninfo, KEYSPACE, tmp_path / f"claimer-{len(claimers)}.log", cycle=CYCLE, expiry=EXPIRY
+        )
+        claimers.append(process)
+        return process
+
+    first_three = [spawn() for _ in range(3)]
+    time.sleep(2 * CYCLE)  # all three live before the keys appear
+    driver.claim_register(KEYSPACE, [f"service-{n:03d}" for n in range(KEYS)])
+    converge(driver, {p.instance_id: 100 for p in first_three}, cycles=6)
+
+    fourth = spawn()
+    converge(driver, {p.instance_id: 75 for p in claimers}, cycles=8)
+
+    victim = first_three[0]
+    victim_keys = [r.key for r in driver.claims(KEYSPACE) if r.claimant == victim.instance_id]
+    killed_at = server_now(admin)
+    victim.signal(signal.SIGKILL)
+    victim.process.wait()
+    survivors = [p for p in claimers if p is not victim]
+    converge(driver, {p.instance_id: 100 for p in survivors}, cycles=int((EXPIRY + 8 * CYCLE) / CYCLE))
+    retaken = admin.execute(
+        "SELECT max(claimed_at) FROM tenure.claim_log "
+        "WHERE keyspace = %s AND key = ANY(%s) AND claimed_at > %s",
+        (KEYSPACE, victim_keys, killed_at),
+    ).fetchone()
+    assert retaken is not None and retaken[0] is not None
+    took = (retaken[0] - killed_at).total_seconds()
+    assert took <= EXPIRY + CYCLE + SLACK, (
+        f"the last of the killed instance's keys was taken {took:.3f} s later"
+    )
+
+    frozen = fourth
+    frozen.signal(signal.SIGSTOP)
+    others = [p for p in survivors if p is not frozen]
+    converge(driver, {p.instance_id: 150 for p in others}, cycles=int((EXPIRY + 8 * CYCLE) / CYCLE))
+    resumed_at = time.monotonic()
+    frozen.signal(signal.SIGCONT)
+    converge(driver, {p.instance_id: 100 for p in survivors}, cycles=10)
+
+    # The frozen one learned it had lost its keys before it did any more work.
+    after = [
+        e for e in frozen.events() if e["mono"] >= resumed_at and e["event"] in ("lost", "work", "refused")
+    ]
+    assert after and after[0]["event"] == "lost", f"events after SIGCONT: {after[:5]}"
+
+    for process in claimers:
+        process.stop()
+
+    log = admin.execute(
+        "SELECT key, epoch, claimant, claimed_at, unclaimed_since FROM tenure.claim_log WHERE keyspace = %s "
+        "ORDER BY key, epoch",
+        (KEYSPACE,),
+    ).fetchall()
+    claims: dict[str, list[tuple[int, UUID, Any]]] = {}
+    for key, epoch, claimant, claimed_at, unclaimed_since in log:
+        claims.setdefault(key, []).append((epoch, claimant, claimed_at))
+        gap = (claimed_at - unclaimed_since).total_seconds()
+        assert gap <= EXPIRY + CYCLE, f"{key} had no claimant for {gap:.3f} s before epoch {epoch}"
+    work = admin.execute(
+        "SELECT key, epoch, instance_id, done_at FROM tenure_demo.claim_work WHERE keyspace = %s", (KEYSPACE,)
+    ).fetchall()
+    assert len(work) > 100
+    for key, epoch, instance_id, done_at in work:
+        held = claims[key]
+        index = next(i for i, (e, _, _) in enumerate(held) if e == epoch)
+        assert held[index][1] == instance_id, f"work on {key} by {instance_id} in epoch {epoch} of another"
+        assert held[index][2] <= done_at
+        if index + 1 < len(held):
+            assert done_at < held[index + 1][2], f"work on {key} in epoch {epoch} after the next claim began"
