@@ -127,7 +127,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from tenure.bench import run_bench
 
-    return run_bench(args.db, seconds=args.seconds, clients=args.clients, kills=args.kills)
+    return run_bench(
+        args.db,
+        seconds=args.seconds,
+        clients=args.clients,
+        kills=args.kills,
+        backlogs=args.backlogs,
+        workers=args.task_workers,
+        task_seconds=args.task_seconds,
+        enqueue_batches=args.enqueue_batches,
+        wake_tasks=args.wake_tasks,
+    )
+
+
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of positive integers, for the bench's sizes."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return counts
 
 
 def _task_line(row: TaskRow) -> str:
@@ -271,10 +292,38 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=1.5)
     demo.set_defaults(run=cmd_demo)
 
-    bench = command("bench", "measure heartbeat throughput and takeover times against baselines")
-    bench.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run (10)")
-    bench.add_argument("--clients", type=int, default=8, help="concurrent electors / pgbench clients (8)")
+    bench = command(
+        "bench", "measure heartbeat and task throughput, takeover and wake-up times against baselines"
+    )
+    bench.add_argument("--seconds", type=float, default=10.0, help="length of each heartbeat run (10)")
+    bench.add_argument(
+        "--clients", type=int, default=8, help="concurrent electors / pgbench clients, also for enqueue (8)"
+    )
     bench.add_argument("--kills", type=int, default=20, help="primaries to kill for the takeover times (20)")
+    bench.add_argument(
+        "--backlogs",
+        type=_counts,
+        default=[100_000, 1_000_000],
+        help="task backlogs to complete from (100000,1000000)",
+    )
+    bench.add_argument(
+        "--task-workers",
+        type=_counts,
+        default=[1, 4, 8],
+        help="task worker processes / pgbench clients completing tasks (1,4,8)",
+    )
+    bench.add_argument(
+        "--task-seconds", type=float, default=10.0, help="length of each task completion and enqueue run (10)"
+    )
+    bench.add_argument(
+        "--enqueue-batches",
+        type=_counts,
+        default=[100, 1000],
+        help="tasks per task_enqueue_many call (100,1000)",
+    )
+    bench.add_argument(
+        "--wake-tasks", type=int, default=50, help="tasks enqueued one by one for the wake-up latency (50)"
+    )
     bench.set_defaults(run=cmd_bench)
 
     task = command("task", "enqueue, list, inspect, eject, requeue and purge tasks, or run a task worker")
