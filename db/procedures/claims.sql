@@ -62,13 +62,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_count integer;
 BEGIN
     PERFORM tenure._check_name('claim_register', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_keys('claim_register', 'p_keys', p_keys);
     PERFORM tenure._durable();
     INSERT INTO tenure.claim_key (keyspace, key, unclaimed_since, registered_at)
-    SELECT DISTINCT p_keyspace, k, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
+    SELECT DISTINCT p_keyspace, k, v_now, v_now
       FROM unnest(p_keys) k
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_count = ROW_COUNT;
