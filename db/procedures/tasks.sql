@@ -71,6 +71,35 @@ $$;
 
 -- Enqueue -------------------------------------------------------------------------
 
+-- What is wrong with a task to enqueue, or NULL: one rule for one task and for many.
+CREATE OR REPLACE FUNCTION tenure._task_input_problem(i tenure._task_input)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN NOT i.is_object THEN 'must be a JSON object'
+                WHEN i.kind IS NULL OR btrim(i.kind) = '' THEN 'needs a non-empty kind'
+                WHEN length(i.kind) > 200 THEN 'has a kind over 200 characters'
+                WHEN i.state IS NULL OR btrim(i.state) = '' THEN 'needs a non-empty state'
+                WHEN i.delay IS NULL OR i.delay < interval '0' THEN 'needs a non-negative delay'
+                WHEN i.max_attempts IS NULL OR i.max_attempts < 1 THEN 'needs max_attempts of at least 1'
+                WHEN i.idempotency_key = '' THEN 'has an empty idempotency_key'
+           END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_refuse_input(p_function text, p_label text, p_input tenure._task_input)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._invalid_argument(p_function, p_label, tenure._task_input_problem(p_input),
+        format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(p_input.kind),
+               quote_nullable(p_input.state), quote_nullable(p_input.delay::text), quote_nullable(p_input.max_attempts)),
+        'Give every task a kind (e.g. ''email''), a non-negative delay and max_attempts of at least 1.');
+END
+$$;
+
+-- One task: a plain INSERT, and a lookup by index only when the id or key existed.
 CREATE OR REPLACE FUNCTION tenure._task_enqueue(
     p_kind text, p_data jsonb, p_state text, p_delay interval, p_id uuid, p_idempotency_key text,
     p_max_attempts integer, p_now timestamptz
@@ -78,12 +107,36 @@ CREATE OR REPLACE FUNCTION tenure._task_enqueue(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._task_input := (1::bigint, coalesce(p_id, gen_random_uuid()), p_kind, coalesce(p_data, '{}'), p_state,
+                                   p_delay, p_idempotency_key, p_max_attempts, true);
+    v_done tenure.task_enqueued;
 BEGIN
-    RETURN QUERY SELECT * FROM tenure._task_enqueue_many(
-        jsonb_build_array(jsonb_build_object(
-            'kind', p_kind, 'data', p_data, 'state', p_state, 'delay', p_delay, 'id', p_id,
-            'idempotency_key', p_idempotency_key, 'max_attempts', p_max_attempts)),
-        p_now, 'task_enqueue');
+    IF tenure._task_input_problem(v_input) IS NOT NULL THEN
+        PERFORM tenure._task_refuse_input('task_enqueue', 'the task', v_input);
+    END IF;
+    PERFORM tenure._durable();
+    INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+                                  created_at, last_change, last_action, next_action)
+    VALUES (v_input.id, p_kind, p_state, v_input.data, p_max_attempts, p_idempotency_key,
+            v_now, v_now, v_now, v_now + p_delay)
+    ON CONFLICT DO NOTHING
+    RETURNING t.id, t.kind, true, t.next_action INTO v_done;
+    IF FOUND THEN
+        IF p_delay = interval '0' THEN
+            PERFORM pg_notify('tenure_task', p_kind);
+        END IF;
+        RETURN NEXT v_done;
+        RETURN;
+    END IF;
+    -- A new statement, so a new snapshot: a task that a concurrent enqueue with the
+    -- same id or key committed while ours waited on it is visible now.
+    RETURN QUERY
+        SELECT t.id, t.kind, false, t.next_action
+          FROM tenure.task t
+         WHERE t.id = p_id OR t.idempotency_key = p_idempotency_key
+         LIMIT 1;
 END
 $$;
 
@@ -120,24 +173,9 @@ BEGIN
             'id must be a uuid, delay an interval such as ''30 seconds'', max_attempts an integer.');
     END;
 
-    SELECT * INTO v_bad
-      FROM unnest(v_input) i
-     WHERE NOT i.is_object OR i.kind IS NULL OR btrim(i.kind) = '' OR length(i.kind) > 200
-        OR btrim(i.state) = '' OR i.delay < interval '0' OR i.max_attempts < 1 OR i.idempotency_key = ''
-     ORDER BY i.ord
-     LIMIT 1;
+    SELECT * INTO v_bad FROM unnest(v_input) i WHERE tenure._task_input_problem(i) IS NOT NULL ORDER BY i.ord LIMIT 1;
     IF FOUND THEN
-        PERFORM tenure._invalid_argument(p_function, format('task %s', v_bad.ord),
-            CASE WHEN NOT v_bad.is_object THEN 'must be a JSON object'
-                 WHEN v_bad.kind IS NULL OR btrim(v_bad.kind) = '' THEN 'needs a non-empty kind'
-                 WHEN length(v_bad.kind) > 200 THEN 'has a kind over 200 characters'
-                 WHEN btrim(v_bad.state) = '' THEN 'has an empty state'
-                 WHEN v_bad.delay < interval '0' THEN 'has a negative delay'
-                 WHEN v_bad.max_attempts < 1 THEN 'has max_attempts below 1'
-                 ELSE 'has an empty idempotency_key' END,
-            format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(v_bad.kind),
-                   quote_nullable(v_bad.state), v_bad.delay, v_bad.max_attempts),
-            'Give every task a kind (e.g. ''email''), a non-negative delay and max_attempts of at least 1.');
+        PERFORM tenure._task_refuse_input(p_function, format('task %s', v_bad.ord), v_bad);
     END IF;
     PERFORM tenure._durable();
 
@@ -153,17 +191,34 @@ BEGIN
     )
     SELECT coalesce(array_agg(n.id), '{}') INTO v_created FROM inserted n;
 
-    -- A new statement, so a new snapshot: a task that a concurrent enqueue with
-    -- the same id or key committed while ours waited on it is visible now.
+    -- Rows this call created are answered from the input. The others are looked up
+    -- by index, in a new statement and so a new snapshot: a task that a concurrent
+    -- enqueue with the same id or key committed while ours waited on it is visible.
     RETURN QUERY
-    SELECT coalesce(by_id.id, by_key.id), coalesce(by_id.kind, by_key.kind),
-           by_id.id IS NOT NULL AND by_id.id = ANY (v_created)
-               AND i.ord = (SELECT min(j.ord) FROM unnest(v_input) j WHERE j.id = i.id),
-           coalesce(by_id.next_action, by_key.next_action)
-      FROM unnest(v_input) i
-      LEFT JOIN tenure.task by_id ON by_id.id = i.id
-      LEFT JOIN tenure.task by_key ON by_key.idempotency_key = i.idempotency_key
-     ORDER BY i.ord;
+    WITH input AS (
+        SELECT i.*, row_number() OVER (PARTITION BY i.id ORDER BY i.ord) = 1 AS first_of_id
+          FROM unnest(v_input) i
+    ), created AS (
+        SELECT c.id FROM unnest(v_created) c(id)
+    )
+    SELECT r.id, r.kind, r.created, r.next_action
+      FROM (
+          SELECT i.ord, i.id, i.kind, true AS created, v_now + i.delay AS next_action
+            FROM input i JOIN created c ON c.id = i.id
+           WHERE i.first_of_id
+          UNION ALL
+          SELECT i.ord, found.id, found.kind, false, found.next_action
+            FROM input i
+            LEFT JOIN created c ON c.id = i.id AND i.first_of_id
+            CROSS JOIN LATERAL (
+                (SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.id = i.id
+                 UNION ALL
+                 SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.idempotency_key = i.idempotency_key)
+                LIMIT 1
+            ) found
+           WHERE c.id IS NULL
+      ) r
+     ORDER BY r.ord;
 
     FOR v_kind IN SELECT DISTINCT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0' LOOP
         PERFORM pg_notify('tenure_task', v_kind);

@@ -24,6 +24,8 @@ DROP FUNCTION tenure.task_enqueue_many(jsonb);
 DROP FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
 DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
 DROP FUNCTION tenure._task_enqueue_many(jsonb, timestamptz, text);
+DROP FUNCTION tenure._task_refuse_input(text, text, tenure._task_input);
+DROP FUNCTION tenure._task_input_problem(tenure._task_input);
 DROP FUNCTION tenure._task_refuse(text, uuid, uuid, bigint, timestamptz);
 DROP FUNCTION tenure._check_delay(text, text, interval);
 DROP FUNCTION tenure._check_holder(text, uuid, uuid, bigint);

@@ -676,12 +676,12 @@ SET LOCAL synchronous_commit = on;
 CREATE TEMP TABLE tasks_before AS SELECT * FROM tenure.task;
 CREATE TEMP TABLE lease_log_before AS SELECT * FROM tenure.task_lease_log;
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue(NULL)$$,
-    'TN001', 'tenure.task_enqueue: task 1 needs a non-empty kind', 'enqueue refuses a NULL kind');
+    'TN001', 'tenure.task_enqueue: the task needs a non-empty kind', 'enqueue refuses a NULL kind');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('')$$, 'TN001', NULL, 'enqueue refuses an empty kind');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('   ')$$, 'TN001', NULL, 'enqueue refuses a blank kind');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue(repeat('k', 201))$$, 'TN001', NULL, 'enqueue refuses an over-long kind');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('x', p_delay => '-1 s')$$,
-    'TN001', 'tenure.task_enqueue: task 1 has a negative delay', 'enqueue refuses a negative delay');
+    'TN001', 'tenure.task_enqueue: the task needs a non-negative delay', 'enqueue refuses a negative delay');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('x', p_state => '')$$, 'TN001', NULL, 'enqueue refuses an empty state');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('x', p_max_attempts => 0)$$, 'TN001', NULL, 'enqueue refuses max_attempts 0');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue('x', p_idempotency_key => '')$$, 'TN001', NULL,
@@ -694,7 +694,7 @@ SELECT throws_ok($$SELECT * FROM tenure.task_enqueue_many('[{"kind": "ok"}, "ema
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue_many('[{"kind": "ok"}, {"data": {"a": 1}}]')$$,
     'TN001', 'tenure.task_enqueue_many: task 2 needs a non-empty kind', 'enqueue_many refuses a task without kind');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue_many('[{"kind": "ok"}, {"kind": "x", "delay": "-5 seconds"}]')$$,
-    'TN001', 'tenure.task_enqueue_many: task 2 has a negative delay', 'enqueue_many refuses a negative delay');
+    'TN001', 'tenure.task_enqueue_many: task 2 needs a non-negative delay', 'enqueue_many refuses a negative delay');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue_many('[{"kind": "ok"}, {"kind": "x", "id": "not-a-uuid"}]')$$,
     'TN001', 'tenure.task_enqueue_many: p_tasks has a value of the wrong type', 'enqueue_many refuses a bad uuid');
 SELECT throws_ok($$SELECT * FROM tenure.task_enqueue_many('[{"kind": "ok"}, {"kind": "x", "delay": "soon"}]')$$,
