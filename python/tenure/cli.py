@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 
+from tenure.claimer import Claimer
 from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
 from tenure.errors import TenureError
@@ -31,6 +32,14 @@ EXAMPLES = {
     "demo": "example: tenure demo --db postgresql://postgres@127.0.0.1:5432/tenure_demo",
     "bench": "example: tenure bench --db postgresql://postgres@127.0.0.1:5432/tenure_bench --kills 20",
     "task": "example: tenure task list --db postgresql://app@db/prod --status dead",
+    "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
+}
+
+CLAIM_EXAMPLES = {
+    "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
+    "retire": "example: tenure claim retire --keyspace services service-3",
+    "list": "example: tenure claim list --keyspace services --instances",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3",
 }
 
 TASK_EXAMPLES = {
@@ -249,6 +258,49 @@ def cmd_task_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_claim(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        if args.claim_command == "register":
+            print(f"{driver.claim_register(args.keyspace, args.keys)} keys registered in {args.keyspace}")
+        elif args.claim_command == "retire":
+            print(f"{driver.claim_retire(args.keyspace, args.keys)} keys retired from {args.keyspace}")
+        elif args.claim_command == "list":
+            if args.instances:
+                for i in driver.claim_instances(args.keyspace):
+                    state = "live" if i.live else "gone"
+                    print(
+                        f"{i.keyspace}  {i.instance_id}  {state}  holds {i.keys_held} of a fair share of "
+                        f"{i.fair_share}, renewed {i.renewed_at.isoformat(timespec='seconds')}"
+                    )
+            else:
+                for c in driver.claims(args.keyspace):
+                    holder = f"{c.claimant} epoch {c.epoch}" if c.live else f"unclaimed for {c.unclaimed_for}"
+                    print(f"{c.keyspace}  {c.key:<24} {holder}")
+    return 0
+
+
+def cmd_claim_run(args: argparse.Namespace) -> int:
+    claimer = Claimer(
+        args.db,
+        args.keyspace,
+        cycle=args.cycle,
+        expiry=args.expiry,
+        name=args.name,
+        on_gained=lambda keys: _say(f"gained {len(keys)}: {', '.join(sorted(keys))}"),
+        on_lost=lambda keys: _say(f"lost {len(keys)}: {', '.join(sorted(keys))}"),
+    )
+    _say(
+        f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
+        f"cycle {args.cycle} s, expiry {args.expiry} s"
+    )
+    with claimer:
+        wait_for_shutdown()
+        _say("shutting down: releasing every claim")
+    _say("released")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -261,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
-        if name not in ("check-primary", "task"):
+        if name not in ("check-primary", "task", "claim"):
             sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
         return sub
 
@@ -371,6 +423,31 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--grace", type=float, default=5.0, help="seconds to finish tasks on shutdown (5)")
     worker.add_argument("--name", help="instance name shown in pg_stat_activity")
     worker.set_defaults(run=cmd_task_worker)
+
+    claim = command("claim", "register, retire and list keys, or hold a fair share of them")
+    claim_commands = claim.add_subparsers(dest="claim_command", required=True, metavar="CLAIM_COMMAND")
+
+    def claim_command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = claim_commands.add_parser(name, help=help, description=help, epilog=CLAIM_EXAMPLES[name])
+        sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+        sub.set_defaults(run=cmd_claim)
+        return sub
+
+    register = claim_command("register", "register keys so instances can claim them")
+    register.add_argument("--keyspace", required=True)
+    register.add_argument("keys", nargs="+")
+    retire = claim_command("retire", "retire keys: their claims end and they can no longer be claimed")
+    retire.add_argument("--keyspace", required=True)
+    retire.add_argument("keys", nargs="+")
+    claims = claim_command("list", "list keys with their claimants, or the instances with their shares")
+    claims.add_argument("--keyspace")
+    claims.add_argument("--instances", action="store_true", help="list instances, keys held and fair share")
+    run = claim_command("run", "hold a fair share of a keyspace's keys and print gains and losses")
+    run.add_argument("--keyspace", required=True)
+    run.add_argument("--cycle", type=float, default=1.0, help="seconds between renew-and-take cycles (1)")
+    run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
+    run.add_argument("--name", help="instance name shown in pg_stat_activity")
+    run.set_defaults(run=cmd_claim_run)
     return parser
 
 

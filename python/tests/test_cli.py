@@ -13,14 +13,22 @@ from typing import Any
 
 import pytest
 
-from tenure.cli import EXAMPLES, TASK_EXAMPLES, build_parser
+from tenure.cli import CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
 from tenure.demo import run_demo
 from tenure.demo_tasks import run_task_demo
 
 TENURE = [sys.executable, "-m", "tenure"]
 
 
-@pytest.mark.parametrize("command", [None, *EXAMPLES, *(f"task {name}" for name in TASK_EXAMPLES)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        None,
+        *EXAMPLES,
+        *(f"task {name}" for name in TASK_EXAMPLES),
+        *(f"claim {name}" for name in CLAIM_EXAMPLES),
+    ],
+)
 def test_every_command_has_help_with_an_example(command: str | None) -> None:
     args = [*TENURE, *(command.split() if command else []), "--help"]
     result = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -134,3 +142,49 @@ def test_task_commands(app_conninfo: str) -> None:
         [*TENURE, "task", "worker", "--db", app_conninfo, "--module", "json"], capture_output=True, text=True
     )
     assert missing.returncode == 2 and "PROCESSORS" in missing.stderr
+
+
+def test_claim_commands(app_conninfo: str, tmp_path: Path) -> None:
+    def tenure(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*TENURE, "claim", *args, "--db", app_conninfo], capture_output=True, text=True)
+
+    assert "3 keys registered" in tenure("register", "--keyspace", "cli", "a", "b", "c").stdout
+    log = tmp_path / "claim.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                *TENURE,
+                "claim",
+                "run",
+                "--db",
+                app_conninfo,
+                "--keyspace",
+                "cli",
+                "--cycle",
+                "0.2",
+                "--expiry",
+                "0.7",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while "gained 3: a, b, c" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "gained 3: a, b, c" in log.read_text()
+        listing = tenure("list", "--keyspace", "cli")
+        assert listing.stdout.count("epoch 1") == 3
+        assert "holds 3 of a fair share of 3" in tenure("list", "--keyspace", "cli", "--instances").stdout
+        assert "1 keys retired" in tenure("retire", "--keyspace", "cli", "c").stdout
+        deadline = time.monotonic() + 15
+        while "lost 1: c" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "lost 1: c" in log.read_text(), "a retired key is lost at the next renewal"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert log.read_text().rstrip().endswith("released")
+    assert tenure("list", "--keyspace", "cli").stdout.count("unclaimed for") == 2
