@@ -139,6 +139,9 @@ BEGIN
                unclaimed_since = CASE WHEN held.excess THEN v_now END
           FROM held
          WHERE k.keyspace = p_keyspace AND k.key = held.key
+           -- Checked again on the row as it is once locked: a take that committed
+           -- meanwhile made the key someone else's.
+           AND k.claimant = p_instance AND k.expires_at >= v_now
         RETURNING k.key, k.epoch, k.expires_at, held.excess
     )
     SELECT c.key, c.epoch, c.expires_at, CASE WHEN c.excess THEN 'released' ELSE 'renewed' END

@@ -132,3 +132,36 @@ def test_keys_are_lost_locally_when_renewals_hang(
             assert lost_all.wait(10), "given up at the safe window while the renewal hung"
             assert claimer.held() == {}
         assert claimer.wait_for(lambda held: len(held) == 2, 15), "and back once renewals pass again"
+
+
+def test_a_renewal_racing_a_takeover_does_not_renew_the_taken_key(
+    admin: psycopg.Connection[Any], connect: Any
+) -> None:
+    """A's claim expired for B's take but not yet for A's renewal, which waits on B's row lock."""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    admin.execute("SELECT tenure._claim_register('race', ARRAY['k'], '2026-01-01 00:00:00+00')")
+    admin.execute("SELECT tenure._claim_take('race', %s, '10 s', NULL, '2026-01-01 00:00:00+00')", (a,))
+    taker, renewer = connect(), connect()
+    renewed: list[Any] = []
+    with taker.transaction():
+        row = taker.execute(
+            "SELECT key, epoch FROM tenure._claim_take('race', %s, '10 s', NULL, '2026-01-01 00:00:11+00')",
+            (b,),
+        ).fetchone()
+        assert row == ("k", 2)
+        racer = threading.Thread(
+            target=lambda: renewed.extend(
+                renewer.execute(
+                    "SELECT key, change FROM tenure._claim_renew('race', %s, '10 s', "
+                    "'2026-01-01 00:00:09+00')",
+                    (a,),
+                ).fetchall()
+            )
+        )
+        racer.start()
+        racer.join(0.5)
+        assert racer.is_alive(), "the renewal waits on the row the take locked"
+    racer.join(10)
+    assert renewed == [], "once the take committed, the key is not A's to renew"
+    holder = admin.execute("SELECT claimant, epoch FROM tenure.claim_key WHERE keyspace = 'race'").fetchone()
+    assert holder == (b, 2)
