@@ -11,25 +11,21 @@ locally, whatever the database says later.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any
 
-import psycopg
-
-from tenure.connect import connect, instance_name
+from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.loop import CycleLoop
 
 log = logging.getLogger(__name__)
 
 Keys = dict[str, int]  # key -> epoch
 
 
-class Claimer:
+class Claimer(CycleLoop):
     """Runs the claim cycle for one keyspace in a background thread.
 
     ``on_gained(keys)`` and ``on_lost(keys)`` receive {key: epoch}; they run on the
@@ -60,21 +56,17 @@ class Claimer:
             raise InvalidArgument(
                 f"keyspace must be a non-empty name of at most 200 characters: {keyspace!r}"
             )
-        self.conninfo = conninfo
         self.keyspace = keyspace
         self.cycle = cycle
         self.expiry = expiry
-        self.safe_window = expiry - cycle
         self.instance_id = uuid.uuid4()
         self.name = instance_name(name)
+        super().__init__(
+            conninfo, period=cycle, safe_window=expiry - cycle, label=f"claimer {keyspace} {self.name}"
+        )
         self._on_gained = on_gained
         self._on_lost = on_lost
-        self._state = threading.Condition()
         self._held: Keys = {}
-        self._deadline = 0.0
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._connection: psycopg.Connection[Any] | None = None
         self.busy_skips = 0
 
     # -- what the application asks ---------------------------------------------------
@@ -95,67 +87,13 @@ class Claimer:
             time.sleep(0.02)
         return condition(self.held())
 
-    # -- life cycle -------------------------------------------------------------------
-
-    def start(self) -> Claimer:
-        for target, role in ((self._run, "claim"), (self._watch_deadline, "watchdog")):
-            thread = threading.Thread(target=target, name=f"tenure-{role}-{self.keyspace}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def stop(self, *, release: bool = True) -> None:
-        self._stopping.set()
-        with self._state:
-            self._state.notify_all()
-        for thread in self._threads:
-            thread.join()
-        self._threads.clear()
-        self._update({}, 0.0, reason="stopped")
-        if release:
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = self._connect()
-                Driver(self._connection).claim_release(self.keyspace, self.instance_id)
-            except psycopg.Error as error:
-                log.warning("%s: could not release the claims of %s: %s", self.name, self.keyspace, error)
-        if self._connection is not None:
-            self._connection.close()
-
-    def __enter__(self) -> Claimer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
+        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
+        super().stop(leave=release)
 
     # -- the cycle ----------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return connect(
-            self.conninfo,
-            application_name=f"tenure claimer {self.keyspace} {self.name}",
-            deadline=self.safe_window,
-        )
-
-    def _run(self) -> None:
-        next_cycle = time.monotonic()
-        while not self._stopping.is_set():
-            try:
-                self._cycle()
-            except psycopg.Error as error:
-                log.warning("%s: %s claim cycle failed: %s", self.name, self.keyspace, error)
-                if self._connection is not None:
-                    self._connection.close()
-                    self._connection = None
-            next_cycle = max(next_cycle + self.cycle, time.monotonic())
-            self._stopping.wait(next_cycle - time.monotonic())
-
-    def _cycle(self) -> None:
-        if self._connection is None or self._connection.closed:
-            self._connection = self._connect()
-        driver = Driver(self._connection)
+    def _cycle(self, driver: Driver) -> None:
         sent = time.monotonic()
         renewed = driver.claim_renew(self.keyspace, self.instance_id, expiry=self.expiry)
         held = {g.key: g.epoch for g in renewed if g.change == "renewed" and g.key and g.epoch}
@@ -171,6 +109,23 @@ class Claimer:
         if gained and time.monotonic() < deadline:
             self._update({**held, **gained}, deadline, reason="")
 
+    def _holding(self) -> bool:
+        return bool(self._held)
+
+    def _expire(self) -> None:
+        with self._state:
+            if time.monotonic() < self._deadline:
+                return  # renewed meanwhile
+            lost, self._held = self._held, {}
+        log.info("%s: no renewal of %s within the safe window", self.name, self.keyspace)
+        self._call(self._on_lost, lost)
+
+    def _stopped(self) -> None:
+        self._update({}, 0.0, reason="stopped")
+
+    def _leave(self, driver: Driver) -> None:
+        driver.claim_release(self.keyspace, self.instance_id)
+
     def _update(self, held: Keys, deadline: float, *, reason: str) -> None:
         with self._state:
             before = self._held
@@ -183,25 +138,6 @@ class Claimer:
             self._call(self._on_lost, lost)
         if gained:
             self._call(self._on_gained, gained)
-
-    def _watch_deadline(self) -> None:
-        """Give every key up locally at expiry - cycle after the last renewal was sent."""
-        with self._state:
-            while not self._stopping.is_set():
-                if not self._held:
-                    self._state.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._state.wait(left)
-                    continue
-                lost, self._held = self._held, {}
-                self._state.release()
-                try:
-                    log.info("%s: no renewal of %s within the safe window", self.name, self.keyspace)
-                    self._call(self._on_lost, lost)
-                finally:
-                    self._state.acquire()
 
     def _call(self, callback: Callable[[Keys], None] | None, keys: Keys) -> None:
         if callback is None:

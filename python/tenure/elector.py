@@ -10,19 +10,16 @@ whichever comes first, whatever the database says later.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
-import psycopg
-
-from tenure.connect import connect, instance_name
+from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.loop import CycleLoop
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +48,7 @@ class ElectionTiming:
         return self.timeout - self.interval
 
 
-class Elector:
+class Elector(CycleLoop):
     """Runs the election loop for one service type in a background thread.
 
     ``on_elected(term)`` runs on the election thread when the database confirms this
@@ -76,18 +73,18 @@ class Elector:
             raise InvalidArgument(
                 f"service type must be a non-empty name of at most 200 characters: {utype!r}"
             )
-        self.conninfo = conninfo
         self.utype = utype
         self.instance_id = uuid.uuid4()
         self.name = instance_name(name)
+        super().__init__(
+            conninfo,
+            period=interval,
+            safe_window=self.timing.safe_window,
+            label=f"elector {utype} {self.name}",
+        )
         self._on_elected = on_elected
         self._on_demoted = on_demoted
-        self._state = threading.Condition()
         self._term: int | None = None
-        self._deadline = 0.0
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._connection: psycopg.Connection[Any] | None = None
 
     # -- what the application asks -------------------------------------------------
 
@@ -119,75 +116,13 @@ class Elector:
                 self._state.wait(left)
             return True
 
-    # -- life cycle ---------------------------------------------------------------
-
-    def start(self) -> Elector:
-        for target, role in ((self._run, "election"), (self._watch_deadline, "watchdog")):
-            thread = threading.Thread(target=target, name=f"tenure-{role}-{self.utype}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def stop(self, *, resign: bool = True) -> None:
+    def stop(self, *, resign: bool = True) -> None:  # type: ignore[override]
         """Stop the loop; with ``resign``, give primacy up in the database at once."""
-        self._stopping.set()
-        with self._state:
-            self._state.notify_all()
-        for thread in self._threads:
-            thread.join()
-        self._threads.clear()
-        self._demote("stopped")
-        if resign:
-            # Even when not primary locally, the entry may still name us: vacate it.
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = self._connect()
-                Driver(self._connection).heartbeat_resign(self.instance_id, self.utype)
-            except psycopg.Error as error:
-                log.warning("%s: could not resign %s: %s", self.name, self.utype, error)
-        self._close()
+        super().stop(leave=resign)
 
-    def __enter__(self) -> Elector:
-        return self.start()
+    # -- the cycle ------------------------------------------------------------------
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    # -- the loop -----------------------------------------------------------------
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        return connect(
-            self.conninfo,
-            application_name=f"tenure elector {self.utype} {self.name}",
-            deadline=self.timing.safe_window,
-        )
-
-    def _close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    def _run(self) -> None:
-        next_cycle = time.monotonic()
-        while not self._stopping.is_set():
-            try:
-                self._cycle()
-            except psycopg.Error as error:
-                log.warning("%s: %s heartbeat failed: %s", self.name, self.utype, error)
-                self._close()
-                self._demote(f"heartbeat failed: {error.__class__.__name__}")
-            except Exception as error:
-                log.exception("%s: %s election cycle failed", self.name, self.utype)
-                self._demote(f"election cycle failed: {error!r}")
-            next_cycle = max(next_cycle + self.timing.interval, time.monotonic())
-            self._stopping.wait(next_cycle - time.monotonic())
-
-    def _cycle(self) -> None:
-        if self._connection is None or self._connection.closed:
-            self._connection = self._connect()
-        driver = Driver(self._connection)
+    def _cycle(self, driver: Driver) -> None:
         with self._state:
             primary = self._term is not None
         if not primary:
@@ -202,6 +137,22 @@ class Elector:
             self._demote(f"overtaken by {entry.instance_id} in term {entry.term}")
             return
         self._confirm(entry.term, sent + self.timing.safe_window)
+
+    def _cycle_failed(self, reason: str) -> None:
+        self._demote(f"heartbeat failed: {reason}")
+
+    def _holding(self) -> bool:
+        return self._term is not None
+
+    def _expire(self) -> None:
+        self._demote("no successful renewal within T - I", only_if_expired=True)
+
+    def _stopped(self) -> None:
+        self._demote("stopped")
+
+    def _leave(self, driver: Driver) -> None:
+        # Even when not primary locally, the entry may still name us: vacate it.
+        driver.heartbeat_resign(self.instance_id, self.utype)
 
     def _confirm(self, term: int, deadline: float) -> None:
         if time.monotonic() >= deadline:
@@ -228,23 +179,6 @@ class Elector:
             self._state.notify_all()
         log.info("%s: no longer primary of %s: %s", self.name, self.utype, reason)
         self._call(self._on_demoted, reason)
-
-    def _watch_deadline(self) -> None:
-        """Step down at T - I after the last successful renewal was sent, even if the loop is stuck."""
-        with self._state:
-            while not self._stopping.is_set():
-                if self._term is None:
-                    self._state.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._state.wait(left)
-                    continue
-                self._state.release()
-                try:
-                    self._demote("no successful renewal within T - I", only_if_expired=True)
-                finally:
-                    self._state.acquire()
 
     def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
         if callback is None:
