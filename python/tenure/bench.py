@@ -14,11 +14,16 @@
 5. Tasks enqueued per second, one per call and in batches, against a one-row INSERT.
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
    a bare NOTIFY reaching a listener (on) and against the poll interval (off).
+7. Claims: instances holding their fair share of 10,000 (and 1,000) keys, each running
+   claim_renew + claim_take as fast as it can (one pgbench client per instance), against
+   pgbench running one UPDATE that extends the expiry of the same rows on a plain table.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -30,9 +35,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
@@ -113,7 +120,16 @@ def enqueue_many_sql(batch: int) -> str:
     return f"SELECT * FROM tenure.task_enqueue_many('{tasks}');\n"
 
 
-def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path) -> float:
+@dataclass(frozen=True)
+class PgbenchResult:
+    tps: float  # scripts run per second, without the connection time
+    latency_ms: float  # pgbench's latency average: one script, all its statements
+    statement_ms: list[float]  # the average of each statement, with per_command only
+
+
+def pgbench_run(
+    conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path, per_command: bool = False
+) -> PgbenchResult:
     path = workdir / f"script-{abs(hash(script))}.sql"
     path.write_text(script)
     pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
@@ -129,13 +145,22 @@ def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, wor
         "--file",
         str(path),
     ]
+    if per_command:
+        command.append("--report-per-command")
     if conninfo:
         command.append(conninfo)
     result = subprocess.run(command, capture_output=True, text=True, check=True)
-    match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", result.stdout)
-    if match is None:
-        raise RuntimeError(f"pgbench printed no tps:\n{result.stdout}\n{result.stderr}")
-    return float(match.group(1))
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", result.stdout)
+    latency = re.search(r"latency average = ([0-9.]+) ms", result.stdout)
+    if tps is None or latency is None:
+        raise RuntimeError(f"pgbench printed no tps or latency:\n{result.stdout}\n{result.stderr}")
+    _, _, per_statement = result.stdout.partition("statement latencies in milliseconds")
+    statement_ms = [float(m) for m in re.findall(r"^\s+([0-9.]+)\s", per_statement, re.MULTILINE)]
+    return PgbenchResult(float(tps.group(1)), float(latency.group(1)), statement_ms)
+
+
+def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path) -> float:
+    return pgbench_run(conninfo, script, clients=clients, seconds=seconds, workdir=workdir).tps
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -411,6 +436,179 @@ def wake_latency(admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, w
     line("notifications off (--no-listen), ratio to the poll", off, poll, poll)
 
 
+# -- claims -------------------------------------------------------------------------------
+
+CLAIM_KEYSPACE = "tenure-bench"
+CLAIM_EXPIRY = 30.0  # seconds: longer than a run, so that only renewals keep the claims
+CLAIMANT = "md5('claim' || :client_id)::uuid"  # pgbench client n is instance md5('claim' || n)
+
+# What one would write without tenure: each owner's rows, and one UPDATE extending them.
+CLAIMS_PLAIN_DDL = """
+CREATE TABLE IF NOT EXISTS tenure_bench.claims_plain (
+    key        text        PRIMARY KEY,
+    owner      int         NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS claims_plain_owner ON tenure_bench.claims_plain (owner);
+"""
+# The same keys with the same owners in the same physical order as the claims settled.
+CLAIMS_PLAIN_LOAD = """
+INSERT INTO tenure_bench.claims_plain (key, owner, expires_at)
+SELECT k.key, i.n, k.expires_at
+  FROM tenure.claim_key k
+  JOIN (SELECT n, md5('claim' || n)::uuid AS id FROM generate_series(0, %(instances)s - 1) n) i
+    ON i.id = k.claimant
+ WHERE k.keyspace = %(keyspace)s
+ ORDER BY k.ctid
+"""
+CLAIMS_PLAIN_SQL = (
+    "UPDATE tenure_bench.claims_plain SET expires_at = now() + interval '30 s' WHERE owner = :client_id;\n"
+)
+# One cycle of an instance that holds its fair share: renew all, then try to take more.
+CLAIM_CYCLE_SQL = (
+    f"SELECT count(*) FROM tenure.claim_renew('{CLAIM_KEYSPACE}', {CLAIMANT}, '30 s');\n"
+    f"SELECT count(*) FROM tenure.claim_take('{CLAIM_KEYSPACE}', {CLAIMANT}, '30 s');\n"
+)
+
+
+def claimant(n: int) -> UUID:
+    """The instance id of pgbench client ``n``: md5('claim' || n)::uuid."""
+    return UUID(hashlib.md5(f"claim{n}".encode()).hexdigest())
+
+
+def claims_clean(admin: psycopg.Connection[Any]) -> None:
+    """Retire every key of the bench keyspace (their claim log goes with them) and let every
+    instance leave it, including those of an earlier run that was interrupted."""
+    driver = Driver(admin)
+    keys = [
+        row[0]
+        for row in admin.execute("SELECT key FROM tenure.claim_key WHERE keyspace = %s", (CLAIM_KEYSPACE,))
+    ]
+    if keys:
+        driver.claim_retire(CLAIM_KEYSPACE, keys)
+    for instance in driver.claim_instances(CLAIM_KEYSPACE):
+        driver.claim_release(CLAIM_KEYSPACE, instance.instance_id)
+    admin.execute("TRUNCATE tenure_bench.claims_plain")
+
+
+def claims_settle(admin: psycopg.Connection[Any], *, keys: int, instances: int) -> dict[UUID, int]:
+    """Register ``keys`` keys and bring ``instances`` instances to their fair share with
+    claim_renew and claim_take until a whole round moves no key; the keys each holds."""
+    claims_clean(admin)
+    driver = Driver(admin)
+    driver.claim_register(CLAIM_KEYSPACE, [f"key-{n}" for n in range(1, keys + 1)])
+    ids = [claimant(n) for n in range(instances)]
+    for instance in ids:  # all live before the first take: the share is keys / instances from the start
+        driver.claim_renew(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+    for _ in range(20):
+        moved = False
+        for instance in ids:
+            renewed = driver.claim_renew(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+            taken = driver.claim_take(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+            moved |= any(g.change != "renewed" for g in renewed) or bool(taken)
+        if not moved:
+            break
+    held = {row.instance_id: row.keys_held for row in driver.claim_instances(CLAIM_KEYSPACE)}
+    share = math.ceil(keys / instances)
+    if sum(held.values()) != keys or max(held.values()) > share or set(held) != set(ids):
+        raise RuntimeError(f"the claims did not settle at a fair share of {share}: {held}")
+    return held
+
+
+def claims_moved(admin: psycopg.Connection[Any]) -> int:
+    """Claims granted so far in the bench keyspace: unchanged across a run = no key changed hands."""
+    return int(scalar(admin, "SELECT count(*) FROM tenure.claim_log WHERE keyspace = %s", (CLAIM_KEYSPACE,)))
+
+
+@dataclass(frozen=True)
+class TableState:
+    pages: int
+    updates: int
+    hot_updates: int
+
+
+def table_state(admin: psycopg.Connection[Any], table: str) -> TableState:
+    """Heap pages of ``table`` and its updates so far, all and HOT, once the statistics of the
+    backends that ended (pgbench's) have stopped arriving."""
+    query = (
+        "SELECT pg_relation_size(relid) / current_setting('block_size')::int, n_tup_upd, n_tup_hot_upd "
+        "FROM pg_stat_all_tables WHERE relid = %s::regclass"
+    )
+    row = None
+    for _ in range(30):
+        new = admin.execute(query, (table,)).fetchone()
+        if new == row:
+            break
+        row = new
+        time.sleep(0.1)
+    assert row is not None
+    return TableState(*(int(value) for value in row))
+
+
+def growth(before: TableState, after: TableState) -> str:
+    updates = after.updates - before.updates
+    hot = 100 * (after.hot_updates - before.hot_updates) / updates if updates else 0.0
+    return f"{before.pages:,} -> {after.pages:,} ({hot:.0f}%)"
+
+
+def claim_costs(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    keys: list[int],
+    instances: int,
+    seconds: float,
+    workdir: Path,
+) -> None:
+    """Cycles of claim_renew + claim_take by instances that hold their fair share, against one
+    UPDATE extending the same rows of a plain table, both tables compacted before each run."""
+    header = (
+        f"claims: {instances} instances at their fair share, one pgbench client each, {seconds:.0f} s a run;",
+        "a cycle = claim_renew (extends every claim of the caller) + claim_take (nothing to take;",
+        "skipped at once while another instance takes); baseline = one UPDATE extending the client's",
+        "rows of a plain table (key primary key, index on owner; same keys, owners and row order);",
+        "keys renewed/s = cycles/s x keys / instances; both tables compacted (VACUUM FULL) before:",
+    )
+    print("\n".join(f"  {'  ' if n else ''}{line}" for n, line in enumerate(header)))
+    print(
+        "       keys  share  run              cycles/s  keys renewed/s  latency/cycle  ratio"
+        "  renew ms  take ms  heap pages (HOT updates)"
+    )
+    for count in keys:
+        held = claims_settle(admin, keys=count, instances=instances)
+        share = max(held.values())
+        admin.execute(CLAIMS_PLAIN_LOAD, {"instances": instances, "keyspace": CLAIM_KEYSPACE})
+        for table in ("tenure.claim_key", "tenure.claim_instance", "tenure_bench.claims_plain"):
+            admin.execute(f"VACUUM FULL ANALYZE {table}")  # both compact, whatever ran before
+        admin.execute("CHECKPOINT")
+        start = table_state(admin, "tenure_bench.claims_plain")
+        bare = pgbench_run(conninfo, CLAIMS_PLAIN_SQL, clients=instances, seconds=seconds, workdir=workdir)
+        bare_growth = growth(start, table_state(admin, "tenure_bench.claims_plain"))
+        granted = claims_moved(admin)
+        start = table_state(admin, "tenure.claim_key")
+        cycle = pgbench_run(
+            conninfo, CLAIM_CYCLE_SQL, clients=instances, seconds=seconds, workdir=workdir, per_command=True
+        )
+        cycle_growth = growth(start, table_state(admin, "tenure.claim_key"))
+        settled = {row.instance_id: row.keys_held for row in Driver(admin).claim_instances(CLAIM_KEYSPACE)}
+        renew_ms, take_ms = cycle.statement_ms[:2] if len(cycle.statement_ms) >= 2 else (math.nan, math.nan)
+        per_cycle = count / instances  # keys renewed per cycle, on average over the clients
+        lead = f"    {count:7,d}  {share:5,d}"
+        print(
+            f"{lead}  baseline UPDATE  {bare.tps:8.0f}  {bare.tps * per_cycle:12,.0f}/s"
+            f"  {bare.latency_ms:10.2f} ms   1.00                     {bare_growth}"
+        )
+        print(
+            f"{lead}  renew + take     {cycle.tps:8.0f}  {cycle.tps * per_cycle:12,.0f}/s"
+            f"  {cycle.latency_ms:10.2f} ms  {cycle.tps / bare.tps:5.2f}  {renew_ms:8.2f} {take_ms:8.2f}"
+            f"  {cycle_growth}",
+            flush=True,
+        )
+        if claims_moved(admin) != granted or settled != held:
+            print(f"    (keys changed hands during the run, so the figure is void: {held} -> {settled})")
+    claims_clean(admin)
+
+
 def run_bench(
     admin_conninfo: str,
     *,
@@ -422,6 +620,8 @@ def run_bench(
     task_seconds: float,
     enqueue_batches: list[int],
     wake_tasks: int,
+    claim_keys: list[int],
+    claim_instances: int,
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -432,6 +632,7 @@ def run_bench(
             (clients,),
         )
         admin.execute(JOBS_DDL)
+        admin.execute(CLAIMS_PLAIN_DDL)
 
     print(f"tenure bench: {clients} clients, {seconds:.0f} s per throughput run, {kills} kills")
     baseline = pgbench_tps(admin_conninfo, BASELINE_SQL, clients=clients, seconds=seconds, workdir=workdir)
@@ -473,5 +674,13 @@ def run_bench(
         )
         wake_latency(admin, admin_conninfo, tasks=wake_tasks, workdir=workdir)
         clean(admin)
+        claim_costs(
+            admin,
+            admin_conninfo,
+            keys=claim_keys,
+            instances=claim_instances,
+            seconds=seconds,
+            workdir=workdir,
+        )
     print(f"  logs: {workdir}")
     return 0

@@ -146,6 +146,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         task_seconds=args.task_seconds,
         enqueue_batches=args.enqueue_batches,
         wake_tasks=args.wake_tasks,
+        claim_keys=args.claim_keys,
+        claim_instances=args.claim_instances,
     )
 
 
@@ -345,9 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=cmd_demo)
 
     bench = command(
-        "bench", "measure heartbeat and task throughput, takeover and wake-up times against baselines"
+        "bench", "measure heartbeat, task and claim throughput, takeover and wake-up times against baselines"
     )
-    bench.add_argument("--seconds", type=float, default=10.0, help="length of each heartbeat run (10)")
+    bench.add_argument(
+        "--seconds", type=float, default=10.0, help="length of each heartbeat and claim run (10)"
+    )
     bench.add_argument(
         "--clients", type=int, default=8, help="concurrent electors / pgbench clients, also for enqueue (8)"
     )
@@ -375,6 +379,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--wake-tasks", type=int, default=50, help="tasks enqueued one by one for the wake-up latency (50)"
+    )
+    bench.add_argument(
+        "--claim-keys",
+        type=_counts,
+        default=[1_000, 10_000],
+        help="keys registered for the claim renew + take cost, one run per count (1000,10000)",
+    )
+    bench.add_argument(
+        "--claim-instances",
+        type=int,
+        default=8,
+        help="instances sharing the keys, one pgbench client each (8)",
     )
     bench.set_defaults(run=cmd_bench)
 
