@@ -1,0 +1,109 @@
+BEGIN;
+
+SET LOCAL ROLE tenure_owner;
+
+-- A queue is a claims keyspace: the instance that holds the claim on a key serves
+-- that key's batches. Its mode applies to every key that does not set its own.
+CREATE TABLE tenure.batch_queue (
+    keyspace      text    PRIMARY KEY CHECK (btrim(keyspace) <> ''),
+    mode          text    NOT NULL DEFAULT 'serial' CHECK (mode IN ('unconstrained', 'serial', 'parallel')),
+    implicit_deps boolean NOT NULL DEFAULT true
+);
+COMMENT ON TABLE tenure.batch_queue IS
+    'Submission mode per queue (a claims keyspace): unconstrained, serial or parallel; implicit_deps = an invalid batch halts its key.';
+
+CREATE TABLE tenure.batch_key (
+    keyspace      text    NOT NULL,
+    key           text    NOT NULL,
+    mode          text    CHECK (mode IN ('unconstrained', 'serial', 'parallel')),
+    implicit_deps boolean,
+    next_seq      bigint  NOT NULL DEFAULT 1,
+    PRIMARY KEY (keyspace, key),
+    FOREIGN KEY (keyspace, key) REFERENCES tenure.claim_key (keyspace, key) ON DELETE CASCADE
+);
+COMMENT ON TABLE tenure.batch_key IS
+    'A key with batches: its own mode and implicit_deps (NULL = the queue''s), and the next number of its per-key sequence, assigned under the lock of this row.';
+
+-- A batch reaches the external system in the order of seq within its key.
+CREATE TABLE tenure.batch (
+    id           uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    keyspace     text        NOT NULL,
+    key          text        NOT NULL,
+    seq          bigint      NOT NULL,
+    payload      bytea       NOT NULL,
+    status       text        NOT NULL DEFAULT 'queued'
+                 CHECK (status IN ('queued', 'pending', 'committed', 'invalid', 'unknown', 'skipped')),
+    state_keys   text[]      NOT NULL DEFAULT '{}',
+    depends_on   uuid[]      NOT NULL DEFAULT '{}',
+    attempts     integer     NOT NULL DEFAULT 0,
+    enqueued_at  timestamptz NOT NULL,
+    submitted_at timestamptz,
+    resolved_at  timestamptz,
+    submitter    uuid,
+    claim_epoch  bigint,
+    detail       text,
+    UNIQUE (keyspace, key, seq),
+    FOREIGN KEY (keyspace, key) REFERENCES tenure.batch_key (keyspace, key) ON DELETE CASCADE
+);
+COMMENT ON TABLE tenure.batch IS
+    'Batches for the external system. queued: waiting; pending: submitted, not yet resolved; committed, invalid: resolved; unknown: the external system lost track, to be resubmitted; skipped: an invalid batch an operator let its key go past.';
+-- Selection and depth only look at batches that are not finished.
+CREATE INDEX batch_open ON tenure.batch (keyspace, key, seq) WHERE status NOT IN ('committed', 'skipped');
+CREATE INDEX batch_depends_on ON tenure.batch USING gin (depends_on) WHERE cardinality(depends_on) > 0;
+
+-- One batch of an enqueue request, as parsed from its JSON.
+CREATE TYPE tenure._batch_input AS (
+    ord        bigint,
+    id         uuid,
+    key        text,
+    payload    bytea,
+    state_keys text[],
+    depends_on uuid[],
+    is_object  boolean
+);
+
+CREATE TYPE tenure.batch_grant AS (
+    id          uuid,
+    key         text,
+    seq         bigint,
+    payload     bytea,
+    state_keys  text[],
+    attempts    integer,
+    claim_epoch bigint,
+    round       integer
+);
+COMMENT ON TYPE tenure.batch_grant IS
+    'A batch handed to a submitter: its key, per-key sequence number and payload, the claim epoch under which it was selected (re-check it just before submitting), and the round it was selected in.';
+
+CREATE TYPE tenure.batch_enqueued AS (
+    id      uuid,
+    key     text,
+    seq     bigint,
+    created boolean
+);
+COMMENT ON TYPE tenure.batch_enqueued IS
+    'Result of a batch enqueue: the batch id, its key and sequence number, and whether this call created it.';
+
+CREATE VIEW tenure.batch_keys AS
+SELECT k.keyspace, k.key,
+       coalesce(k.mode, q.mode, 'serial') AS mode,
+       coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps,
+       c.claimant, c.claimant IS NOT NULL AND c.expires_at >= now() AS claimed,
+       count(*) FILTER (WHERE b.status = 'queued') AS queued,
+       count(*) FILTER (WHERE b.status = 'pending') AS pending,
+       count(*) FILTER (WHERE b.status = 'unknown') AS unknown,
+       count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
+       count(*) FILTER (WHERE b.status = 'committed') AS committed,
+       now() - min(b.enqueued_at) FILTER (WHERE b.status IN ('queued', 'unknown')) AS oldest_waiting_age,
+       coalesce(k.implicit_deps, q.implicit_deps, true) AND bool_or(b.status = 'invalid') IS TRUE AS halted
+  FROM tenure.batch_key k
+  JOIN tenure.claim_key c ON c.keyspace = k.keyspace AND c.key = k.key
+  LEFT JOIN tenure.batch_queue q ON q.keyspace = k.keyspace
+  LEFT JOIN tenure.batch b ON b.keyspace = k.keyspace AND b.key = k.key
+ GROUP BY k.keyspace, k.key, k.mode, k.implicit_deps, q.mode, q.implicit_deps, c.claimant, c.expires_at;
+COMMENT ON VIEW tenure.batch_keys IS
+    'Depth per key: its mode, its claimant, batches per status, the age of its oldest waiting batch, and whether an invalid batch halts it.';
+
+GRANT SELECT ON tenure.batch_keys TO tenure_worker;
+
+COMMIT;

@@ -1,0 +1,458 @@
+-- The submission queue: batches per key, submitted in per-key order, fairly across
+-- keys, by the instance that holds the claim on the key. Each public function is a
+-- SECURITY DEFINER wrapper over an internal one that takes the time to act at
+-- (p_now, NULL = the server's clock).
+
+-- A key that takes batches: registered for claims and in batch_key.
+CREATE OR REPLACE FUNCTION tenure._batch_key(p_keyspace text, p_key text, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO tenure.claim_key (keyspace, key, unclaimed_since, registered_at)
+    VALUES (p_keyspace, p_key, p_now, p_now)
+    ON CONFLICT DO NOTHING;
+    INSERT INTO tenure.batch_key (keyspace, key) VALUES (p_keyspace, p_key) ON CONFLICT DO NOTHING;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._batch_configure(
+    p_keyspace text, p_mode text, p_implicit_deps boolean, p_key text, p_now timestamptz
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name('batch_configure', 'p_keyspace', p_keyspace);
+    IF p_mode IS NULL OR p_mode NOT IN ('unconstrained', 'serial', 'parallel') THEN
+        PERFORM tenure._invalid_argument('batch_configure', 'p_mode', 'must be unconstrained, serial or parallel',
+            quote_nullable(p_mode), 'unconstrained: the external system keeps order and what it gets; serial: '
+            || 'one batch of a key at a time; parallel: later batches may overtake when their state keys differ.');
+    END IF;
+    IF p_implicit_deps IS NULL THEN
+        PERFORM tenure._invalid_argument('batch_configure', 'p_implicit_deps', 'must not be NULL', NULL,
+            'Pass true to halt a key at an invalid batch until an operator skips or retries it.');
+    END IF;
+    PERFORM tenure._durable();
+    IF p_key IS NULL THEN
+        INSERT INTO tenure.batch_queue (keyspace, mode, implicit_deps) VALUES (p_keyspace, p_mode, p_implicit_deps)
+        ON CONFLICT (keyspace) DO UPDATE SET mode = excluded.mode, implicit_deps = excluded.implicit_deps;
+    ELSE
+        PERFORM tenure._check_name('batch_configure', 'p_key', p_key);
+        PERFORM tenure._batch_key(p_keyspace, p_key, coalesce(p_now, clock_timestamp()));
+        UPDATE tenure.batch_key SET mode = p_mode, implicit_deps = p_implicit_deps
+         WHERE keyspace = p_keyspace AND key = p_key;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_configure(
+    p_keyspace text, p_mode text, p_implicit_deps boolean DEFAULT true, p_key text DEFAULT NULL
+) RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_configure(p_keyspace, p_mode, p_implicit_deps, p_key, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_configure(text, text, boolean, text) IS
+$$Set the submission mode of queue p_keyspace, or with p_key of that one key (which overrides the queue's): 'unconstrained' (the external system keeps order and persists: every queued batch in order), 'serial' (the next batch of a key only once the previous one is committed) or 'parallel' (a later batch may go before an earlier uncommitted one only if their state keys do not overlap). With p_implicit_deps an invalid batch halts its key until an operator skips or retries it.
+Errors: TN001 on an empty keyspace or key, an unknown mode or a NULL p_implicit_deps.$$;
+
+-- Enqueue -------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._batch_enqueue_many(p_keyspace text, p_batches jsonb, p_now timestamptz, p_function text)
+RETURNS SETOF tenure.batch_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._batch_input[];
+    v_bad record;
+    v_created uuid[];
+BEGIN
+    PERFORM tenure._check_name(p_function, 'p_keyspace', p_keyspace);
+    IF p_batches IS NULL OR jsonb_typeof(p_batches) <> 'array' THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_batches', 'must be a JSON array of batch objects',
+            quote_nullable(left(p_batches::text, 100)),
+            'Pass [{"key": "A", "payload": "<base64>"}, ...]; optional: state_keys, depends_on, id.');
+    END IF;
+    BEGIN
+        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.key, decode(r.payload, 'base64'),
+                          coalesce(r.state_keys, '{}'), coalesce(r.depends_on, '{}'),
+                          jsonb_typeof(e.batch) = 'object')::tenure._batch_input ORDER BY e.ord)
+          INTO v_input
+          FROM jsonb_array_elements(p_batches) WITH ORDINALITY AS e(batch, ord),
+               LATERAL jsonb_to_record(CASE jsonb_typeof(e.batch) WHEN 'object' THEN e.batch ELSE '{}' END)
+                   AS r(key text, payload text, state_keys text[], depends_on uuid[], id uuid);
+    EXCEPTION WHEN invalid_text_representation OR invalid_parameter_value OR datatype_mismatch
+                   OR invalid_binary_representation THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_batches', 'has a value of the wrong type', SQLERRM,
+            'payload must be base64 text, state_keys an array of strings, depends_on an array of uuids, id a uuid.');
+    END;
+    SELECT i.ord, CASE WHEN NOT i.is_object THEN 'must be a JSON object'
+                       WHEN i.key IS NULL OR btrim(i.key) = '' OR length(i.key) > 200 THEN 'needs a key of 1 to 200 characters'
+                       WHEN i.payload IS NULL THEN 'needs a payload'
+                       WHEN array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys) THEN 'has an empty state key'
+                       WHEN array_position(i.depends_on, NULL) IS NOT NULL THEN 'has a NULL dependency'
+                       ELSE 'depends on a batch that does not exist in this queue' END AS problem
+      INTO v_bad
+      FROM unnest(v_input) i
+     WHERE NOT i.is_object OR i.key IS NULL OR btrim(i.key) = '' OR length(i.key) > 200 OR i.payload IS NULL
+        OR array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys)
+        OR array_position(i.depends_on, NULL) IS NOT NULL
+        OR EXISTS (SELECT FROM unnest(i.depends_on) d
+                    WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = d AND b.keyspace = p_keyspace)
+                      AND NOT EXISTS (SELECT FROM unnest(v_input) j WHERE j.id = d AND j.ord < i.ord))
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._invalid_argument(p_function, format('batch %s', v_bad.ord), v_bad.problem,
+            'see the batch at that position', 'Fix that batch; nothing was enqueued.');
+    END IF;
+    PERFORM tenure._durable();
+
+    -- Per-key sequence numbers are handed out under the lock of each key's row, in
+    -- key order, so concurrent producers cannot interleave numbers out of commit order.
+    PERFORM tenure._batch_key(p_keyspace, k.key, v_now) FROM (SELECT DISTINCT i.key FROM unnest(v_input) i) k;
+    PERFORM 1 FROM tenure.batch_key k
+      WHERE k.keyspace = p_keyspace AND k.key IN (SELECT i.key FROM unnest(v_input) i)
+      ORDER BY k.key FOR UPDATE;
+
+    WITH fresh AS (
+        SELECT i.*, row_number() OVER (PARTITION BY i.key ORDER BY i.ord) AS rank
+          FROM unnest(v_input) i
+         WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id)
+    ), numbered AS (
+        SELECT f.*, k.next_seq + f.rank - 1 AS seq,
+               -- a dependency that is already invalid (or skipped) dooms the batch at once
+               (SELECT format('dependency %s is %s', b.id, b.status) FROM tenure.batch b
+                 WHERE b.id = ANY (f.depends_on) AND b.status IN ('invalid', 'skipped') LIMIT 1) AS doomed
+          FROM fresh f
+          JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = f.key
+    ), bumped AS (
+        UPDATE tenure.batch_key k
+           SET next_seq = k.next_seq + c.n
+          FROM (SELECT n.key, count(*) AS n FROM numbered n GROUP BY n.key) c
+         WHERE k.keyspace = p_keyspace AND k.key = c.key
+        RETURNING k.key
+    ), inserted AS (
+        INSERT INTO tenure.batch AS b (id, keyspace, key, seq, payload, status, state_keys, depends_on, enqueued_at,
+                                       resolved_at, detail)
+        SELECT n.id, p_keyspace, n.key, n.seq, n.payload,
+               CASE WHEN n.doomed IS NULL THEN 'queued' ELSE 'invalid' END,
+               n.state_keys, n.depends_on, v_now, CASE WHEN n.doomed IS NOT NULL THEN v_now END, n.doomed
+          FROM numbered n
+         ORDER BY n.ord
+        ON CONFLICT DO NOTHING
+        RETURNING b.id
+    )
+    SELECT coalesce(array_agg(x.id), '{}') INTO v_created FROM inserted x, (SELECT count(*) FROM bumped) force_bump;
+    PERFORM pg_notify('tenure_batch', p_keyspace);
+
+    RETURN QUERY
+    SELECT b.id, b.key, b.seq,
+           b.id = ANY (v_created) AND i.ord = min(i.ord) OVER (PARTITION BY i.id)
+      FROM unnest(v_input) i JOIN tenure.batch b ON b.id = i.id
+     ORDER BY i.ord;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_enqueue_many(p_keyspace text, p_batches jsonb)
+RETURNS SETOF tenure.batch_enqueued
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._batch_enqueue_many(p_keyspace, p_batches, NULL, 'batch_enqueue_many') $$;
+
+COMMENT ON FUNCTION tenure.batch_enqueue_many(text, jsonb) IS
+$$Enqueue many batches into queue p_keyspace in one transaction: p_batches is a JSON array of objects with key (required), payload (base64, required), state_keys (strings, for parallel mode), depends_on (batch ids that must be committed first) and id (a uuid chosen by the caller, for idempotency).
+Each batch gets the next number of its key's sequence, in input order; keys are registered for claims on first use. A batch whose dependency is already invalid is enqueued as invalid. Announced with NOTIFY tenure_batch, payload = keyspace.
+Returns one row per batch in input order, created = false for an id that existed.
+Errors: TN001 naming the first bad batch (no key, no or bad payload, an empty state key, a dependency that does not exist); nothing is enqueued then.$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_enqueue(
+    p_keyspace text, p_key text, p_payload bytea, p_state_keys text[] DEFAULT '{}', p_depends_on uuid[] DEFAULT '{}',
+    p_id uuid DEFAULT NULL
+) RETURNS SETOF tenure.batch_enqueued
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM tenure._batch_enqueue_many(
+        p_keyspace,
+        jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'key', coalesce(p_key, ''), 'payload', encode(p_payload, 'base64'), 'state_keys', p_state_keys,
+            'depends_on', p_depends_on, 'id', p_id))),
+        NULL, 'batch_enqueue')
+$$;
+
+COMMENT ON FUNCTION tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid) IS
+$$Enqueue one batch with payload p_payload for key p_key of queue p_keyspace, after every batch enqueued for that key before it; optional state keys (parallel mode), dependencies and caller-chosen id (idempotent).
+Returns the batch id, key and per-key sequence number.
+Errors: TN001 on an empty keyspace or key, a NULL payload, an empty state key or a dependency that does not exist.$$;
+
+-- Selection ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._batch_select(
+    p_keyspace text, p_instance uuid, p_limit integer, p_depth integer, p_now timestamptz
+) RETURNS SETOF tenure.batch_grant
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM tenure._check_name('batch_select', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_select', 'p_instance', p_instance);
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        PERFORM tenure._invalid_argument('batch_select', 'p_limit', 'must be between 1 and 10000',
+            quote_nullable(p_limit), 'Ask for one batch per free submitter.');
+    END IF;
+    IF p_depth IS NULL OR p_depth NOT BETWEEN 1 AND 1000 THEN
+        PERFORM tenure._invalid_argument('batch_select', 'p_depth', 'must be between 1 and 1000',
+            quote_nullable(p_depth), 'Pass 1 for one round (the oldest eligible batch of every key) or k rounds.');
+    END IF;
+    PERFORM tenure._durable();
+    -- Serialize with enqueues and other selections of the same keys.
+    PERFORM 1 FROM tenure.batch_key k JOIN tenure.claim_key c ON c.keyspace = k.keyspace AND c.key = k.key
+      WHERE k.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
+      ORDER BY k.key FOR UPDATE OF k;
+
+    RETURN QUERY
+    WITH held AS (
+        SELECT c.key, c.epoch, coalesce(k.mode, q.mode, 'serial') AS mode,
+               coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps
+          FROM tenure.claim_key c
+          JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
+          LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
+         WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
+    ), open AS (
+        SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, h.epoch, h.mode, h.implicit_deps
+          FROM held h
+          JOIN tenure.batch b ON b.keyspace = p_keyspace AND b.key = h.key
+         WHERE b.status IN ('queued', 'pending', 'unknown', 'invalid')
+    ), eligible AS (
+        SELECT o.*, row_number() OVER (PARTITION BY o.key ORDER BY o.seq) AS round,
+               min(o.enqueued_at) OVER (PARTITION BY o.key) AS key_age
+          FROM open o
+         WHERE o.status IN ('queued', 'unknown')
+           -- an invalid batch halts its key when dependencies are implicit
+           AND NOT (o.implicit_deps AND EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'invalid'))
+           -- a batch the external system lost goes again before any later one
+           AND NOT EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'unknown' AND x.seq < o.seq)
+           -- explicit dependencies must be committed
+           AND NOT EXISTS (SELECT FROM unnest(o.depends_on) d JOIN tenure.batch x ON x.id = d
+                            WHERE x.status <> 'committed')
+           AND CASE o.mode
+                   WHEN 'unconstrained' THEN true
+                   WHEN 'serial' THEN NOT EXISTS (SELECT FROM open x
+                                                   WHERE x.key = o.key AND x.status <> 'invalid' AND x.seq < o.seq)
+                   ELSE NOT EXISTS (SELECT FROM open x
+                                     WHERE x.key = o.key AND x.status <> 'invalid' AND x.seq < o.seq
+                                       AND (x.state_keys && o.state_keys OR cardinality(x.state_keys) = 0
+                                            OR cardinality(o.state_keys) = 0))
+               END
+    ), chosen AS (
+        SELECT e.id, e.epoch, e.round
+          FROM eligible e
+         WHERE e.round <= p_depth
+         ORDER BY e.round, e.key_age, e.key
+         LIMIT p_limit
+    ), submitted AS (
+        UPDATE tenure.batch AS b
+           SET status = 'pending', attempts = b.attempts + 1, submitted_at = v_now, submitter = p_instance,
+               claim_epoch = c.epoch
+          FROM chosen c
+         WHERE b.id = c.id
+        RETURNING b.id, b.key, b.seq, b.payload, b.state_keys, b.attempts, b.claim_epoch, c.round
+    )
+    SELECT s.id, s.key, s.seq, s.payload, s.state_keys, s.attempts, s.claim_epoch, s.round::integer
+      FROM submitted s
+      JOIN eligible e ON e.id = s.id
+     ORDER BY s.round, e.key_age, s.key;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_select(
+    p_keyspace text, p_instance uuid, p_limit integer, p_depth integer DEFAULT 1
+) RETURNS SETOF tenure.batch_grant
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_depth, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
+$$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
+With p_depth = 1 (one round): the oldest eligible batch of every key, keys whose oldest waiting batch is oldest first. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
+Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything). Always: a batch marked unknown goes again before any later batch of its key; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
+Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
+
+-- Resolution by the monitor, and operator repairs ----------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._batch_resolve(
+    p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_batch tenure.batch;
+BEGIN
+    PERFORM tenure._check_name('batch_resolve', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_resolve', 'p_instance', p_instance);
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('batch_resolve', 'p_id', 'must not be NULL', NULL, 'Pass the batch id.');
+    END IF;
+    IF p_status IS NULL OR p_status NOT IN ('committed', 'invalid', 'unknown') THEN
+        PERFORM tenure._invalid_argument('batch_resolve', 'p_status', 'must be committed, invalid or unknown',
+            quote_nullable(p_status), 'Report what the external system says of the batch.');
+    END IF;
+    SELECT * INTO v_batch FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tenure.batch_resolve: no batch % in queue %', p_id, p_keyspace
+            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
+                  HINT = 'Check the id; nothing was changed.';
+    END IF;
+    -- Only the holder of the key's claim may resolve its batches.
+    PERFORM tenure._claim_fence(p_keyspace, p_instance, v_batch.key, p_epoch, p_now);
+    IF v_batch.status NOT IN ('pending', 'unknown') THEN
+        RAISE EXCEPTION 'tenure.batch_resolve: batch % is %, not pending or unknown', p_id, v_batch.status
+            USING ERRCODE = 'TN301',
+                  DETAIL = format('Batch %s of key %L (seq %s) was resolved as %s at %s.', p_id, v_batch.key,
+                                  v_batch.seq, v_batch.status, v_batch.resolved_at),
+                  HINT = 'A resolved batch stays resolved; only pending or unknown batches can be resolved.';
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.batch
+       SET status = p_status, detail = coalesce(p_detail, detail),
+           resolved_at = CASE WHEN p_status = 'unknown' THEN NULL ELSE coalesce(p_now, clock_timestamp()) END
+     WHERE id = p_id;
+    IF p_status = 'invalid' THEN
+        -- Batches that depend on it, directly or not, cannot be valid either.
+        WITH RECURSIVE doomed(id) AS (
+            SELECT b.id FROM tenure.batch b
+             WHERE b.depends_on @> ARRAY[p_id] AND cardinality(b.depends_on) > 0
+               AND b.status IN ('queued', 'unknown')
+            UNION
+            SELECT b.id FROM tenure.batch b JOIN doomed d ON b.depends_on @> ARRAY[d.id]
+             WHERE cardinality(b.depends_on) > 0 AND b.status IN ('queued', 'unknown')
+        )
+        UPDATE tenure.batch b
+           SET status = 'invalid', resolved_at = coalesce(p_now, clock_timestamp()),
+               detail = format('dependency %s is invalid', p_id)
+          FROM doomed d WHERE b.id = d.id;
+    END IF;
+    PERFORM pg_notify('tenure_batch', p_keyspace);
+    RETURN p_status;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_resolve(
+    p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text DEFAULT NULL
+) RETURNS text
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_resolve(p_keyspace, p_instance, p_id, p_epoch, p_status, p_detail, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text) IS
+$$Record what the external system says of a pending (or unknown) batch p_id: 'committed', 'invalid' (never resubmitted; its dependents turn invalid too; with implicit dependencies its key halts) or 'unknown' (the external system lost it: resubmitted before any later batch of its key). Only the holder of the key's claim in epoch p_epoch may: fenced like claim_fence.
+Returns the new status.
+Errors: TN001 on NULL or invalid arguments; TN201 for a batch not in the queue; TN103 when the caller does not hold the key's claim in that epoch; TN301 when the batch is already committed, invalid or skipped.$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_skip(p_keyspace text, p_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name('batch_skip', 'p_keyspace', p_keyspace);
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('batch_skip', 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.batch SET status = 'skipped' WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
+    IF FOUND THEN
+        PERFORM pg_notify('tenure_batch', p_keyspace);
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace) THEN
+        RAISE EXCEPTION 'tenure.batch_skip: no batch % in queue %', p_id, p_keyspace
+            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
+                  HINT = 'Check the id; nothing was changed.';
+    END IF;
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION tenure.batch_skip(text, uuid) IS
+$$Operator repair: let the key of the invalid batch p_id go past it (status skipped); the batch is never submitted again. A halted key flows again.
+Returns true if the batch was invalid and is skipped, false otherwise (nothing changes).
+Errors: TN001 on NULL arguments; TN201 for a batch not in the queue.$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_retry(p_keyspace text, p_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name('batch_retry', 'p_keyspace', p_keyspace);
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('batch_retry', 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.batch SET status = 'queued', resolved_at = NULL
+     WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
+    IF FOUND THEN
+        PERFORM pg_notify('tenure_batch', p_keyspace);
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace) THEN
+        RAISE EXCEPTION 'tenure.batch_retry: no batch % in queue %', p_id, p_keyspace
+            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
+                  HINT = 'Check the id; nothing was changed.';
+    END IF;
+    RETURN false;
+END
+$$;
+
+COMMENT ON FUNCTION tenure.batch_retry(text, uuid) IS
+$$Operator repair: queue the invalid batch p_id again, in its place in its key's order (after a fix on the external side, say). A halted key flows again.
+Returns true if the batch was invalid and is queued again, false otherwise (nothing changes).
+Errors: TN001 on NULL arguments; TN201 for a batch not in the queue.$$;
+
+CREATE OR REPLACE FUNCTION tenure._batch_pending(p_keyspace text, p_instance uuid, p_now timestamptz)
+RETURNS SETOF tenure.batch_grant
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name('batch_pending', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_pending', 'p_instance', p_instance);
+    RETURN QUERY
+        SELECT b.id, b.key, b.seq, b.payload, b.state_keys, b.attempts, c.epoch, 0
+          FROM tenure.claim_key c
+          JOIN tenure.batch b ON b.keyspace = c.keyspace AND b.key = c.key AND b.status = 'pending'
+         WHERE c.keyspace = p_keyspace AND c.claimant = p_instance
+           AND c.expires_at >= coalesce(p_now, clock_timestamp())
+         ORDER BY b.key, b.seq;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_pending(p_keyspace text, p_instance uuid)
+RETURNS SETOF tenure.batch_grant
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._batch_pending(p_keyspace, p_instance, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_pending(text, uuid) IS
+$$The pending batches of the keys of queue p_keyspace that instance p_instance holds claims on, in key and sequence order, with the current claim epoch: what its monitor should ask the external system about.
+Errors: TN001 on an empty keyspace or a NULL instance.$$;
+
+GRANT EXECUTE ON FUNCTION
+    tenure.batch_configure(text, text, boolean, text),
+    tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid),
+    tenure.batch_enqueue_many(text, jsonb),
+    tenure.batch_select(text, uuid, integer, integer),
+    tenure.batch_resolve(text, uuid, uuid, bigint, text, text),
+    tenure.batch_skip(text, uuid),
+    tenure.batch_retry(text, uuid),
+    tenure.batch_pending(text, uuid)
+TO tenure_worker;
