@@ -8,6 +8,7 @@ connection, so an application can fence its own writes in the same transaction.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -147,6 +148,47 @@ class ClaimInstance:
     live: bool
     keys_held: int
     fair_share: int
+
+
+@dataclass(frozen=True)
+class BatchEnqueued:
+    id: UUID
+    key: str
+    seq: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class BatchGrant:
+    """A batch handed to a submitter, with the claim epoch to re-check just before submitting."""
+
+    id: UUID
+    key: str
+    seq: int
+    payload: bytes
+    state_keys: list[str]
+    attempts: int
+    claim_epoch: int
+    round: int
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """One row of the view ``tenure.batch_keys``: depth per key."""
+
+    keyspace: str
+    key: str
+    mode: str
+    implicit_deps: bool
+    claimant: UUID | None
+    claimed: bool
+    queued: int
+    pending: int
+    unknown: int
+    invalid: int
+    committed: int
+    oldest_waiting_age: timedelta | None
+    halted: bool
 
 
 def _json(value: Any) -> Jsonb | None:
@@ -427,5 +469,81 @@ class Driver:
             ClaimInstance,
             "SELECT * FROM tenure.claim_instances "
             "WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s ORDER BY keyspace, instance_id",
+            {"keyspace": keyspace},
+        )
+
+    # -- the submission queue --------------------------------------------------------
+
+    def batch_configure(
+        self, keyspace: str, *, mode: str, implicit_deps: bool = True, key: str | None = None
+    ) -> None:
+        self._scalar("SELECT tenure.batch_configure(%s, %s, %s, %s)", (keyspace, mode, implicit_deps, key))
+
+    def batch_enqueue(
+        self,
+        keyspace: str,
+        key: str,
+        payload: bytes,
+        *,
+        state_keys: Sequence[str] = (),
+        depends_on: Sequence[UUID] = (),
+        id: UUID | None = None,
+    ) -> BatchEnqueued:
+        rows = self._rows(
+            BatchEnqueued,
+            "SELECT * FROM tenure.batch_enqueue(%s, %s, %s, %s, %s, %s)",
+            (keyspace, key, payload, list(state_keys), list(depends_on), id),
+        )
+        return rows[0]
+
+    def batch_enqueue_many(self, keyspace: str, batches: Sequence[dict[str, Any]]) -> list[BatchEnqueued]:
+        """Each dict has key and payload (bytes), optionally state_keys, depends_on and id."""
+        payload = [
+            {
+                **batch,
+                "payload": base64.b64encode(batch["payload"]).decode(),
+                **({"depends_on": [str(d) for d in batch["depends_on"]]} if "depends_on" in batch else {}),
+                **({"id": str(batch["id"])} if "id" in batch else {}),
+            }
+            for batch in batches
+        ]
+        return self._rows(
+            BatchEnqueued, "SELECT * FROM tenure.batch_enqueue_many(%s, %s)", (keyspace, Jsonb(payload))
+        )
+
+    def batch_select(
+        self, keyspace: str, instance_id: UUID, *, limit: int, depth: int = 1
+    ) -> list[BatchGrant]:
+        """Mark up to ``limit`` eligible batches of held keys pending and return them, round by round."""
+        return self._rows(
+            BatchGrant,
+            "SELECT * FROM tenure.batch_select(%s, %s, %s, %s)",
+            (keyspace, instance_id, limit, depth),
+        )
+
+    def batch_resolve(
+        self, keyspace: str, instance_id: UUID, id: UUID, epoch: int, status: str, detail: str | None = None
+    ) -> str:
+        return str(
+            self._scalar(
+                "SELECT tenure.batch_resolve(%s, %s, %s, %s, %s, %s)",
+                (keyspace, instance_id, id, epoch, status, detail),
+            )
+        )
+
+    def batch_skip(self, keyspace: str, id: UUID) -> bool:
+        return bool(self._scalar("SELECT tenure.batch_skip(%s, %s)", (keyspace, id)))
+
+    def batch_retry(self, keyspace: str, id: UUID) -> bool:
+        return bool(self._scalar("SELECT tenure.batch_retry(%s, %s)", (keyspace, id)))
+
+    def batch_pending(self, keyspace: str, instance_id: UUID) -> list[BatchGrant]:
+        return self._rows(BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id))
+
+    def batch_keys(self, keyspace: str | None = None) -> list[BatchKey]:
+        return self._rows(
+            BatchKey,
+            "SELECT * FROM tenure.batch_keys WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
+            "ORDER BY keyspace, key",
             {"keyspace": keyspace},
         )

@@ -63,6 +63,12 @@ class ClaimLost(FencingError):
     sqlstate = "TN103"
 
 
+class InvalidTransition(TenureError):
+    """TN301: the change asked for does not apply to the current state (a batch already resolved)."""
+
+    sqlstate = "TN301"
+
+
 class NotFound(TenureError, LookupError):
     """TN201: no such task (never existed, or purged)."""
 
@@ -71,7 +77,15 @@ class NotFound(TenureError, LookupError):
 
 BY_SQLSTATE: dict[str, type[TenureError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidArgument, InvalidConfiguration, NotPrimary, LeaseLost, ClaimLost, NotFound)
+    for cls in (
+        InvalidArgument,
+        InvalidConfiguration,
+        NotPrimary,
+        LeaseLost,
+        ClaimLost,
+        NotFound,
+        InvalidTransition,
+    )
     if cls.sqlstate is not None
 }
 
