@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 from tenure import ClaimLost, Driver
 from tenure.errors import InvalidTransition
+from tenure.ledger import SimulatedLedger
+from tenure.queue import SubmissionPool
 
 
 def test_serial_queue_through_the_driver(admin: psycopg.Connection[Any]) -> None:
@@ -45,3 +48,75 @@ def test_serial_queue_through_the_driver(admin: psycopg.Connection[Any]) -> None
         1,
         False,
     )
+
+
+def wait_until(condition: Any, timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())
+
+
+def committed(driver: Driver, keyspace: str) -> int:
+    return sum(row.committed for row in driver.batch_keys(keyspace))
+
+
+@pytest.mark.parametrize(
+    ("mode", "keeps_order", "depth"),
+    [("unconstrained", True, 3), ("serial", False, 1), ("serial", True, 2)],
+)
+def test_pool_delivers_every_key_in_order(
+    app_conninfo: str, admin: psycopg.Connection[Any], mode: str, keeps_order: bool, depth: int
+) -> None:
+    driver = Driver(admin)
+    driver.batch_configure("orders", mode=mode)
+    keys, per_key = 5, 12
+    driver.batch_enqueue_many(
+        "orders",
+        [{"key": f"po-{k}", "payload": f"{k}:{n}".encode()} for n in range(per_key) for k in range(keys)],
+    )
+    ledger = SimulatedLedger(keeps_order=keeps_order, max_delay=0.02)
+    with SubmissionPool(
+        app_conninfo,
+        "orders",
+        submit=ledger.submit,
+        status=ledger.status,
+        submitters=4,
+        depth=depth,
+        cycle=0.2,
+        expiry=0.7,
+        poll_interval=0.05,
+    ):
+        assert wait_until(lambda: committed(driver, "orders") == keys * per_key)
+    for k in range(keys):
+        assert ledger.applied[f"po-{k}"] == [f"{k}:{n}".encode() for n in range(per_key)], (
+            f"po-{k} out of order"
+        )
+
+
+def test_an_invalid_batch_halts_its_key_until_skipped(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    driver = Driver(admin)
+    driver.batch_configure("halt", mode="serial")
+    driver.batch_enqueue_many("halt", [{"key": "po", "payload": p} for p in (b"2.75", b"bad", b"3.25")])
+    ledger = SimulatedLedger(invalid=lambda payload: payload == b"bad")
+    with SubmissionPool(
+        app_conninfo,
+        "halt",
+        submit=ledger.submit,
+        status=ledger.status,
+        submitters=2,
+        cycle=0.2,
+        expiry=0.7,
+        poll_interval=0.05,
+    ):
+        assert wait_until(lambda: driver.batch_keys("halt")[0].halted)
+        time.sleep(0.5)
+        assert ledger.applied["po"] == [b"2.75"], "nothing after the invalid batch while the key is halted"
+        (bad,) = [b for b in admin.execute("SELECT id FROM tenure.batch WHERE status = 'invalid'").fetchall()]
+        assert driver.batch_skip("halt", bad[0])
+        assert wait_until(lambda: ledger.state().get("po") == b"3.25")
+    assert ledger.applied["po"] == [b"2.75", b"3.25"]

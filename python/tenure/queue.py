@@ -1,0 +1,226 @@
+"""The submission queue's runtime: a queuer with the seed's ``next()``, a pool of
+submitters calling the application's ``submit``, and a monitor calling its
+``status`` for pending batches. An instance serves only the keys it holds claims on
+(a :class:`~tenure.claimer.Claimer` runs inside).
+
+Per key, batches reach ``submit`` in sequence order even with many submitters: a
+submitter holding a later batch of a key waits until the earlier ones selected
+with it were submitted. Just before submitting, a submitter checks that the key's
+claim is still held in the epoch the batch was selected under, locally and in the
+database; otherwise the batch is left pending for the key's next holder, whose
+monitor will learn what became of it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from tenure.claimer import Claimer, Keys
+from tenure.driver import BatchGrant, Driver
+from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[[BatchGrant], None]
+Status = Callable[[BatchGrant], str | None]  # 'committed', 'invalid', 'unknown', or None: still pending
+
+
+class Queuer:
+    """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
+
+    def __init__(self, pool: ConnectionPool[Any], claimer: Claimer, *, depth: int, limit: int) -> None:
+        self.pool = pool
+        self.claimer = claimer
+        self.depth = depth
+        self.limit = limit
+        self._buffer: deque[BatchGrant] = deque()
+        self._lock = threading.Lock()
+
+    def next(self) -> BatchGrant | None:
+        with self._lock:
+            if not self._buffer and self.claimer.held():
+                with self.pool.connection() as connection:
+                    self._buffer.extend(
+                        Driver(connection).batch_select(
+                            self.claimer.keyspace,
+                            self.claimer.instance_id,
+                            limit=self.limit,
+                            depth=self.depth,
+                        )
+                    )
+            return self._buffer.popleft() if self._buffer else None
+
+
+class SubmissionPool:
+    """Submitters and a monitor for one queue (claims keyspace). Use as a context manager."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        keyspace: str,
+        *,
+        submit: Submit,
+        status: Status,
+        submitters: int = 8,
+        depth: int = 1,
+        cycle: float = 1.0,
+        expiry: float = 3.0,
+        poll_interval: float = 0.2,
+        name: str | None = None,
+    ) -> None:
+        if submitters < 1 or depth < 1:
+            raise InvalidConfiguration(f"need at least one submitter and depth 1: {submitters}, {depth}")
+        self.keyspace = keyspace
+        self.submit = submit
+        self.status = status
+        self.submitters = submitters
+        self.poll_interval = poll_interval
+        self.claimer = Claimer(conninfo, keyspace, cycle=cycle, expiry=expiry, name=name, on_lost=self._lost)
+        self.pool: ConnectionPool[Any] = ConnectionPool(
+            conninfo, min_size=1, max_size=submitters + 2, kwargs={"autocommit": True}, open=False
+        )
+        self.queuer = Queuer(self.pool, self.claimer, depth=depth, limit=submitters)
+        self._order: dict[str, list[int]] = defaultdict(
+            list
+        )  # per key, sorted: selected seqs not yet submitted
+        self._order_changed = threading.Condition()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.submitted = 0
+        self.skipped = 0
+
+    def start(self) -> SubmissionPool:
+        self.pool.open(wait=True, timeout=30)
+        self.claimer.start()
+        targets = [self._submitter] * self.submitters + [self._monitor]
+        for n, target in enumerate(targets):
+            thread = threading.Thread(target=target, name=f"tenure-queue-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        with self._order_changed:
+            self._order_changed.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        self.claimer.stop()
+        self.pool.close()
+
+    def __enter__(self) -> SubmissionPool:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- submitters ------------------------------------------------------------------
+
+    def _lost(self, keys: Keys) -> None:
+        with self._order_changed:
+            for key in keys:
+                self._order.pop(key, None)
+            self._order_changed.notify_all()
+
+    def _submitter(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                batch = self._take()
+            except psycopg.Error as error:
+                log.warning("%s: selecting batches failed: %s", self.keyspace, error)
+                batch = None
+            if batch is None:
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+                continue
+            try:
+                self._submit_in_order(batch)
+            finally:
+                with self._order_changed:
+                    queue = self._order.get(batch.key)
+                    if queue is not None and batch.seq in queue:
+                        queue.remove(batch.seq)
+                    self._order_changed.notify_all()
+
+    def _take(self) -> BatchGrant | None:
+        # The queuer hands batches out in order; registering the seq in the same
+        # critical section keeps a later batch from overtaking an earlier one.
+        with self._order_changed:
+            batch = self.queuer.next()
+            if batch is not None:
+                # sorted: a batch the ledger lost comes back before later ones still waiting
+                bisect.insort(self._order[batch.key], batch.seq)
+            return batch
+
+    def _submit_in_order(self, batch: BatchGrant) -> None:
+        with self._order_changed:
+            while not self._stopping.is_set():
+                queue = self._order.get(batch.key)
+                if queue is None or batch.seq not in queue:
+                    return  # the key was lost meanwhile
+                if queue[0] == batch.seq:
+                    break
+                self._order_changed.wait(0.5)
+            else:
+                return
+        if self.claimer.epoch(batch.key) != batch.claim_epoch or not self._still_held(batch):
+            with self._order_changed:
+                self.skipped += 1
+            return
+        try:
+            self.submit(batch)
+        except Exception:
+            log.exception(
+                "%s: submitting batch %s of %s failed; the monitor will ask",
+                self.keyspace,
+                batch.seq,
+                batch.key,
+            )
+        with self._order_changed:
+            self.submitted += 1
+
+    def _still_held(self, batch: BatchGrant) -> bool:
+        try:
+            with self.pool.connection() as connection:
+                return Driver(connection).claim_check(
+                    self.keyspace, self.claimer.instance_id, batch.key, batch.claim_epoch
+                )
+        except psycopg.Error:
+            return False
+
+    # -- monitor -----------------------------------------------------------------------
+
+    def _monitor(self) -> None:
+        while not self._stopping.wait(self.poll_interval):
+            try:
+                with self.pool.connection() as connection:
+                    driver = Driver(connection)
+                    for batch in driver.batch_pending(self.keyspace, self.claimer.instance_id):
+                        outcome = self.status(batch)
+                        if outcome is None:
+                            continue
+                        try:
+                            driver.batch_resolve(
+                                self.keyspace, self.claimer.instance_id, batch.id, batch.claim_epoch, outcome
+                            )
+                        except (ClaimLost, InvalidTransition) as error:
+                            log.info("%s: could not resolve %s: %s", self.keyspace, batch.id, error.message)
+                        self._wake.set()
+            except psycopg.Error as error:
+                log.warning("%s: monitoring failed: %s", self.keyspace, error)
+            except Exception:
+                log.exception("%s: the status function failed", self.keyspace)
