@@ -95,12 +95,15 @@ BEGIN
                        WHEN i.payload IS NULL THEN 'needs a payload'
                        WHEN array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys) THEN 'has an empty state key'
                        WHEN array_position(i.depends_on, NULL) IS NOT NULL THEN 'has a NULL dependency'
+                       WHEN EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
+                           THEN 'has the id of a batch of another queue'
                        ELSE 'depends on a batch that does not exist in this queue' END AS problem
       INTO v_bad
       FROM unnest(v_input) i
      WHERE NOT i.is_object OR i.key IS NULL OR btrim(i.key) = '' OR length(i.key) > 200 OR i.payload IS NULL
         OR array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys)
         OR array_position(i.depends_on, NULL) IS NOT NULL
+        OR EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
         OR EXISTS (SELECT FROM unnest(i.depends_on) d
                     WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = d AND b.keyspace = p_keyspace)
                       AND NOT EXISTS (SELECT FROM unnest(v_input) j WHERE j.id = d AND j.ord < i.ord))
@@ -120,9 +123,12 @@ BEGIN
       ORDER BY k.key FOR UPDATE;
 
     WITH fresh AS (
-        SELECT i.*, row_number() OVER (PARTITION BY i.key ORDER BY i.ord) AS rank
-          FROM unnest(v_input) i
-         WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id)
+        -- new ids only, each once (its first occurrence), numbered in input order per key
+        SELECT f.*, row_number() OVER (PARTITION BY f.key ORDER BY f.ord) AS rank
+          FROM (SELECT DISTINCT ON (i.id) i.*
+                  FROM unnest(v_input) i
+                 WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id)
+                 ORDER BY i.id, i.ord) f
     ), numbered AS (
         SELECT f.*, k.next_seq + f.rank - 1 AS seq,
                -- a dependency that is already invalid (or skipped) dooms the batch at once

@@ -10,11 +10,17 @@ last batch applied to it, as a purchase order's price is its last change.
 
 from __future__ import annotations
 
+import argparse
+import base64
+import json
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from uuid import UUID
 
 from tenure.driver import BatchGrant
@@ -63,6 +69,12 @@ class SimulatedLedger:
                     self._status.pop(batch_id, None)
                 self._waiting.clear()
 
+    def history(self) -> dict[str, list[bytes]]:
+        """Every key's applied payloads, in the order they were applied."""
+        with self._lock:
+            self._apply_due()
+            return {key: list(payloads) for key, payloads in self.applied.items()}
+
     def state(self) -> dict[str, bytes]:
         with self._lock:
             self._apply_due()
@@ -79,3 +91,135 @@ class SimulatedLedger:
             else:
                 self.applied.setdefault(batch.key, []).append(batch.payload)
                 self._status[batch_id] = "committed"
+
+
+# -- the ledger as a process of its own, shared by every instance ---------------------
+
+
+class LedgerServer:
+    """Serves a SimulatedLedger over HTTP: POST /submit, POST /status, POST /restart, GET /state."""
+
+    def __init__(self, ledger: SimulatedLedger, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.ledger = ledger
+        self.submissions: dict[str, int] = {}
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                if self.path == "/restart":
+                    server.ledger.restart()
+                    self._reply({"restarted": True})
+                    return
+                batch = _grant(body)
+                if self.path == "/submit":
+                    server.submissions[str(batch.id)] = server.submissions.get(str(batch.id), 0) + 1
+                    server.ledger.submit(batch)
+                    self._reply({"received": True})
+                elif self.path == "/status":
+                    self._reply({"status": server.ledger.status(batch)})
+                else:
+                    self._reply({"error": self.path}, 404)
+
+            def do_GET(self) -> None:
+                applied = {k: [p.decode() for p in v] for k, v in server.ledger.history().items()}
+                self._reply({"applied": applied, "submissions": server.submissions})
+
+            def _reply(self, body: dict[str, object], status: int = 200) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer((host, port), Handler)
+        self.http.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        host, port = self.http.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+
+def _grant(body: dict[str, object]) -> BatchGrant:
+    return BatchGrant(
+        id=UUID(str(body["id"])),
+        key=str(body["key"]),
+        seq=int(str(body["seq"])),
+        payload=base64.b64decode(str(body["payload"])),
+        state_keys=[],
+        attempts=0,
+        claim_epoch=0,
+        round=0,
+    )
+
+
+class LedgerClient:
+    """submit() and status() for a SubmissionPool, against a LedgerServer."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def _post(self, path: str, batch: BatchGrant | None = None) -> dict[str, Any]:
+        body = (
+            {}
+            if batch is None
+            else {
+                "id": str(batch.id),
+                "key": batch.key,
+                "seq": batch.seq,
+                "payload": base64.b64encode(batch.payload).decode(),
+            }
+        )
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    def submit(self, batch: BatchGrant) -> None:
+        self._post("/submit", batch)
+
+    def status(self, batch: BatchGrant) -> str | None:
+        return self._post("/status", batch)["status"]  # type: ignore[no-any-return]
+
+    def restart(self) -> None:
+        self._post("/restart")
+
+    def report(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/", timeout=self.timeout) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tenure.ledger", description="a simulated ledger over HTTP"
+    )
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--reorders", action="store_true", help="apply batches after a random delay")
+    parser.add_argument("--forgets", action="store_true", help="a restart forgets batches not yet applied")
+    parser.add_argument("--invalid-prefix", default="", help="payloads starting with it are invalid")
+    parser.add_argument("--max-delay", type=float, default=0.05)
+    args = parser.parse_args(argv)
+    prefix = args.invalid_prefix.encode()
+    ledger = SimulatedLedger(
+        keeps_order=not args.reorders,
+        persists=not args.forgets,
+        max_delay=args.max_delay,
+        invalid=lambda payload: bool(prefix) and payload.startswith(prefix),
+    )
+    server = LedgerServer(ledger, port=args.port)
+    print(json.dumps({"event": "started", "url": server.url}), flush=True)
+    server.http.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
