@@ -232,7 +232,8 @@ BEGIN
           LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
          WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
-        SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, h.epoch, h.mode, h.implicit_deps
+        SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
+               h.epoch, h.mode, h.implicit_deps
           FROM held h
           JOIN tenure.batch b ON b.keyspace = p_keyspace AND b.key = h.key
          WHERE b.status IN ('queued', 'pending', 'unknown', 'invalid')
@@ -245,6 +246,10 @@ BEGIN
            AND NOT (o.implicit_deps AND EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'invalid'))
            -- a batch the external system lost goes again before any later one
            AND NOT EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'unknown' AND x.seq < o.seq)
+           -- a batch a previous holder selected is in doubt (submitted or not?) until the
+           -- monitor learns its fate: nothing later of its key overtakes it meanwhile
+           AND NOT EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'pending' AND x.seq < o.seq
+                             AND x.claim_epoch IS DISTINCT FROM o.epoch)
            -- explicit dependencies must be committed
            AND NOT EXISTS (SELECT FROM unnest(o.depends_on) d JOIN tenure.batch x ON x.id = d
                             WHERE x.status <> 'committed')
@@ -288,7 +293,7 @@ AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_dept
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
 With p_depth = 1 (one round): the oldest eligible batch of every key, keys whose oldest waiting batch is oldest first. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
-Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything). Always: a batch marked unknown goes again before any later batch of its key; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
+Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything). Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
 Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
 
 -- Resolution by the monitor, and operator repairs ----------------------------------------

@@ -1,7 +1,10 @@
 """A simulated external system (the seed's ledger) for tests, the demo and the bench.
 
-Switches: ``keeps_order`` (False: batches are applied after a random delay, so two
-batches of a key submitted in order can be applied out of order, as with gossip),
+Switches: ``keeps_order`` (True: each key's batches are applied in their sequence
+order, a batch that arrives early waiting for its predecessors, as a ledger with
+per-key sequence numbers does; False: batches are applied after a random delay,
+so two batches of a key submitted in order can be applied out of order, as with
+gossip),
 ``persists`` (False: a restart forgets batches received but not yet applied, whose
 status then reads 'unknown'), and ``invalid`` (a predicate on the payload: such
 batches are rejected, status 'invalid'). The state of a key is the payload of the
@@ -36,6 +39,7 @@ class SimulatedLedger:
     applied: dict[str, list[bytes]] = field(default_factory=dict)
     _status: dict[UUID, str] = field(default_factory=dict)
     _waiting: dict[UUID, tuple[float, BatchGrant]] = field(default_factory=dict)
+    _next_seq: dict[str, int] = field(default_factory=dict)  # keeps_order: per key, the seq applied next
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -48,8 +52,7 @@ class SimulatedLedger:
             delay = 0.0 if self.keeps_order else self._random.uniform(0, self.max_delay)
             self._waiting[batch.id] = (time.monotonic() + delay, batch)
             self._status[batch.id] = "received"
-            if self.keeps_order:
-                self._apply_due()
+            self._apply_due()
 
     def status(self, batch: BatchGrant) -> str | None:
         """'committed', 'invalid', 'unknown' (lost in a restart), or None while in flight."""
@@ -82,10 +85,14 @@ class SimulatedLedger:
 
     def _apply_due(self) -> None:
         now = time.monotonic()
-        for batch_id, (due, batch) in sorted(self._waiting.items(), key=lambda item: item[1][0]):
-            if due > now:
+        order = (
+            (lambda item: (item[1][1].key, item[1][1].seq)) if self.keeps_order else (lambda item: item[1][0])
+        )
+        for batch_id, (due, batch) in sorted(self._waiting.items(), key=order):
+            if due > now or (self.keeps_order and batch.seq != self._next_seq.get(batch.key, 1)):
                 continue
             del self._waiting[batch_id]
+            self._next_seq[batch.key] = batch.seq + 1
             if self.invalid(batch.payload):
                 self._status[batch_id] = "invalid"
             else:

@@ -20,6 +20,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -93,6 +94,9 @@ class SubmissionPool:
             list
         )  # per key, sorted: selected seqs not yet submitted
         self._order_changed = threading.Condition()
+        # Selected (so pending in the database) but not yet handed to submit(): the
+        # monitor must not ask the external system about these.
+        self._unsubmitted: set[UUID] = set()
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -154,6 +158,7 @@ class SubmissionPool:
                     queue = self._order.get(batch.key)
                     if queue is not None and batch.seq in queue:
                         queue.remove(batch.seq)
+                    self._unsubmitted.discard(batch.id)
                     self._order_changed.notify_all()
 
     def _take(self) -> BatchGrant | None:
@@ -164,6 +169,7 @@ class SubmissionPool:
             if batch is not None:
                 # sorted: a batch the ledger lost comes back before later ones still waiting
                 bisect.insort(self._order[batch.key], batch.seq)
+                self._unsubmitted.add(batch.id)
             return batch
 
     def _submit_in_order(self, batch: BatchGrant) -> None:
@@ -181,6 +187,8 @@ class SubmissionPool:
             with self._order_changed:
                 self.skipped += 1
             return
+        with self._order_changed:
+            self._unsubmitted.discard(batch.id)
         try:
             self.submit(batch)
         except Exception:
@@ -210,6 +218,9 @@ class SubmissionPool:
                 with self.pool.connection() as connection:
                     driver = Driver(connection)
                     for batch in driver.batch_pending(self.keyspace, self.claimer.instance_id):
+                        with self._order_changed:
+                            if batch.id in self._unsubmitted:
+                                continue
                         outcome = self.status(batch)
                         if outcome is None:
                             continue
