@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from types import TracebackType
@@ -38,17 +39,27 @@ Status = Callable[[BatchGrant], str | None]  # 'committed', 'invalid', 'unknown'
 class Queuer:
     """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
 
-    def __init__(self, pool: ConnectionPool[Any], claimer: Claimer, *, depth: int, limit: int) -> None:
+    def __init__(
+        self, pool: ConnectionPool[Any], claimer: Claimer, *, depth: int, limit: int, idle_interval: float
+    ) -> None:
         self.pool = pool
         self.claimer = claimer
         self.depth = depth
         self.limit = limit
+        self.idle_interval = idle_interval
         self._buffer: deque[BatchGrant] = deque()
         self._lock = threading.Lock()
+        self._idle_since: float | None = None  # when a selection last found nothing
+
+    def poke(self) -> None:
+        """Something may have become eligible (a batch resolved): select at the next call."""
+        with self._lock:
+            self._idle_since = None
 
     def next(self) -> BatchGrant | None:
         with self._lock:
-            if not self._buffer and self.claimer.held():
+            idle = self._idle_since is not None and time.monotonic() - self._idle_since < self.idle_interval
+            if not self._buffer and not idle and self.claimer.held():
                 with self.pool.connection() as connection:
                     self._buffer.extend(
                         Driver(connection).batch_select(
@@ -58,6 +69,7 @@ class Queuer:
                             depth=self.depth,
                         )
                     )
+                self._idle_since = None if self._buffer else time.monotonic()
             return self._buffer.popleft() if self._buffer else None
 
 
@@ -89,7 +101,10 @@ class SubmissionPool:
         self.pool: ConnectionPool[Any] = ConnectionPool(
             conninfo, min_size=1, max_size=submitters + 2, kwargs={"autocommit": True}, open=False
         )
-        self.queuer = Queuer(self.pool, self.claimer, depth=depth, limit=submitters)
+        # Idle submitters ask the database at most once per poll interval between them.
+        self.queuer = Queuer(
+            self.pool, self.claimer, depth=depth, limit=submitters, idle_interval=poll_interval
+        )
         self._order: dict[str, list[int]] = defaultdict(
             list
         )  # per key, sorted: selected seqs not yet submitted
@@ -230,6 +245,7 @@ class SubmissionPool:
                             )
                         except (ClaimLost, InvalidTransition) as error:
                             log.info("%s: could not resolve %s: %s", self.keyspace, batch.id, error.message)
+                        self.queuer.poke()
                         self._wake.set()
             except psycopg.Error as error:
                 log.warning("%s: monitoring failed: %s", self.keyspace, error)
