@@ -17,6 +17,18 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION tenure._batch_missing(p_function text, p_keyspace text, p_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'tenure.%: no batch % in queue %', p_function, p_id, p_keyspace
+        USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
+              HINT = 'Check the id; nothing was changed.';
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._batch_configure(
     p_keyspace text, p_mode text, p_implicit_deps boolean, p_key text, p_now timestamptz
 ) RETURNS void
@@ -318,9 +330,7 @@ BEGIN
     END IF;
     SELECT * INTO v_batch FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'tenure.batch_resolve: no batch % in queue %', p_id, p_keyspace
-            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
-                  HINT = 'Check the id; nothing was changed.';
+        PERFORM tenure._batch_missing('batch_resolve', p_keyspace, p_id);
     END IF;
     -- Only the holder of the key's claim may resolve its batches.
     PERFORM tenure._claim_fence(p_keyspace, p_instance, v_batch.key, p_epoch, p_now);
@@ -368,30 +378,37 @@ $$Record what the external system says of a pending (or unknown) batch p_id: 'co
 Returns the new status.
 Errors: TN001 on NULL or invalid arguments; TN201 for a batch not in the queue; TN103 when the caller does not hold the key's claim in that epoch; TN301 when the batch is already committed, invalid or skipped.$$;
 
-CREATE OR REPLACE FUNCTION tenure.batch_skip(p_keyspace text, p_id uuid)
+-- Operator repairs of an invalid batch: skip it (status skipped) or queue it again.
+CREATE OR REPLACE FUNCTION tenure._batch_repair(p_function text, p_keyspace text, p_id uuid, p_status text)
 RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM tenure._check_name('batch_skip', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_name(p_function, 'p_keyspace', p_keyspace);
     IF p_id IS NULL THEN
-        PERFORM tenure._invalid_argument('batch_skip', 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
+        PERFORM tenure._invalid_argument(p_function, 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
     END IF;
     PERFORM tenure._durable();
-    UPDATE tenure.batch SET status = 'skipped' WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
+    UPDATE tenure.batch
+       SET status = p_status, resolved_at = CASE WHEN p_status = 'queued' THEN NULL ELSE resolved_at END
+     WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
     IF FOUND THEN
         PERFORM pg_notify('tenure_batch', p_keyspace);
         RETURN true;
     END IF;
     IF NOT EXISTS (SELECT FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace) THEN
-        RAISE EXCEPTION 'tenure.batch_skip: no batch % in queue %', p_id, p_keyspace
-            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
-                  HINT = 'Check the id; nothing was changed.';
+        PERFORM tenure._batch_missing(p_function, p_keyspace, p_id);
     END IF;
     RETURN false;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_skip(p_keyspace text, p_id uuid)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_repair('batch_skip', p_keyspace, p_id, 'skipped') $$;
 
 COMMENT ON FUNCTION tenure.batch_skip(text, uuid) IS
 $$Operator repair: let the key of the invalid batch p_id go past it (status skipped); the batch is never submitted again. A halted key flows again.
@@ -400,29 +417,9 @@ Errors: TN001 on NULL arguments; TN201 for a batch not in the queue.$$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_retry(p_keyspace text, p_id uuid)
 RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM tenure._check_name('batch_retry', 'p_keyspace', p_keyspace);
-    IF p_id IS NULL THEN
-        PERFORM tenure._invalid_argument('batch_retry', 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
-    END IF;
-    PERFORM tenure._durable();
-    UPDATE tenure.batch SET status = 'queued', resolved_at = NULL
-     WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
-    IF FOUND THEN
-        PERFORM pg_notify('tenure_batch', p_keyspace);
-        RETURN true;
-    END IF;
-    IF NOT EXISTS (SELECT FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace) THEN
-        RAISE EXCEPTION 'tenure.batch_retry: no batch % in queue %', p_id, p_keyspace
-            USING ERRCODE = 'TN201', DETAIL = 'It may never have existed, or belong to another queue.',
-                  HINT = 'Check the id; nothing was changed.';
-    END IF;
-    RETURN false;
-END
-$$;
+AS $$ SELECT tenure._batch_repair('batch_retry', p_keyspace, p_id, 'queued') $$;
 
 COMMENT ON FUNCTION tenure.batch_retry(text, uuid) IS
 $$Operator repair: queue the invalid batch p_id again, in its place in its key's order (after a fix on the external side, say). A halted key flows again.

@@ -4,6 +4,7 @@ DROP FUNCTION tenure.batch_pending(text, uuid);
 DROP FUNCTION tenure._batch_pending(text, uuid, timestamptz);
 DROP FUNCTION tenure.batch_retry(text, uuid);
 DROP FUNCTION tenure.batch_skip(text, uuid);
+DROP FUNCTION tenure._batch_repair(text, text, uuid, text);
 DROP FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text);
 DROP FUNCTION tenure._batch_resolve(text, uuid, uuid, bigint, text, text, timestamptz);
 DROP FUNCTION tenure.batch_select(text, uuid, integer, integer);
@@ -14,5 +15,6 @@ DROP FUNCTION tenure._batch_enqueue_many(text, jsonb, timestamptz, text);
 DROP FUNCTION tenure.batch_configure(text, text, boolean, text);
 DROP FUNCTION tenure._batch_configure(text, text, boolean, text, timestamptz);
 DROP FUNCTION tenure._batch_key(text, text, timestamptz);
+DROP FUNCTION tenure._batch_missing(text, text, uuid);
 
 COMMIT;
