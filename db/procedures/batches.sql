@@ -19,7 +19,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure._batch_missing(p_function text, p_keyspace text, p_id uuid)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
