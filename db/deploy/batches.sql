@@ -104,6 +104,14 @@ SELECT k.keyspace, k.key,
 COMMENT ON VIEW tenure.batch_keys IS
     'Depth per key: its mode, its claimant, batches per status, the age of its oldest waiting batch, and whether an invalid batch halts it.';
 
-GRANT SELECT ON tenure.batch_keys TO tenure_worker;
+-- One row per batch, for operators: find the invalid batch that halts a key, then skip or retry it.
+CREATE VIEW tenure.batches AS
+SELECT b.keyspace, b.key, b.seq, b.id, b.status, length(b.payload) AS payload_bytes, b.state_keys, b.depends_on,
+       b.attempts, b.enqueued_at, b.submitted_at, b.resolved_at, b.submitter, b.claim_epoch, b.detail
+  FROM tenure.batch b;
+COMMENT ON VIEW tenure.batches IS
+    'One row per batch (without its payload): key, per-key sequence, status, attempts, times, the instance and claim epoch of the last selection, and what the external system said.';
+
+GRANT SELECT ON tenure.batch_keys, tenure.batches TO tenure_worker;
 
 COMMIT;

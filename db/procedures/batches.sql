@@ -378,6 +378,59 @@ $$Record what the external system says of a pending (or unknown) batch p_id: 'co
 Returns the new status.
 Errors: TN001 on NULL or invalid arguments; TN201 for a batch not in the queue; TN103 when the caller does not hold the key's claim in that epoch; TN301 when the batch is already committed, invalid or skipped.$$;
 
+-- The monitor resolves what it learned in one call: one round trip, one commit.
+CREATE OR REPLACE FUNCTION tenure._batch_resolve_many(
+    p_keyspace text, p_instance uuid, p_resolutions jsonb, p_now timestamptz
+) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_item record;
+    v_count integer := 0;
+BEGIN
+    IF p_resolutions IS NULL OR jsonb_typeof(p_resolutions) <> 'array' THEN
+        PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions',
+            'must be a JSON array of resolution objects', quote_nullable(left(p_resolutions::text, 100)),
+            'Pass [{"id": "<uuid>", "epoch": 3, "status": "committed"}, ...]; optional: detail.');
+    END IF;
+    BEGIN
+        -- In id order, so that two callers lock the same batches in the same order.
+        FOR v_item IN
+            SELECT e.ord, r.id, r.epoch, r.status, r.detail, jsonb_typeof(e.item) = 'object' AS is_object
+              FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord),
+                   LATERAL jsonb_to_record(CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ELSE '{}' END)
+                       AS r(id uuid, epoch bigint, status text, detail text)
+             ORDER BY r.id, e.ord
+        LOOP
+            IF NOT v_item.is_object OR v_item.id IS NULL OR v_item.epoch IS NULL THEN
+                PERFORM tenure._invalid_argument('batch_resolve_many', format('resolution %s', v_item.ord),
+                    'needs an object with id and epoch', 'see the resolution at that position',
+                    'Fix that resolution; nothing was resolved.');
+            END IF;
+            PERFORM tenure._batch_resolve(p_keyspace, p_instance, v_item.id, v_item.epoch, v_item.status,
+                                          v_item.detail, p_now);
+            v_count := v_count + 1;
+        END LOOP;
+    EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range OR datatype_mismatch THEN
+        PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions', 'has a value of the wrong type',
+            SQLERRM, 'id must be a uuid, epoch an integer, status and detail strings.');
+    END;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_resolve_many(p_keyspace text, p_instance uuid, p_resolutions jsonb)
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_resolve_many(p_keyspace, p_instance, p_resolutions, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_resolve_many(text, uuid, jsonb) IS
+$$Resolve several batches of queue p_keyspace at once, all or none: p_resolutions is a JSON array of {"id", "epoch", "status", "detail"?} objects, each checked and applied as batch_resolve does.
+Returns how many batches were resolved.
+Errors: those of batch_resolve for any one of them (nothing is resolved then); TN001 when p_resolutions is not an array of objects with id and epoch.$$;
+
 -- Operator repairs of an invalid batch: skip it (status skipped) or queue it again.
 CREATE OR REPLACE FUNCTION tenure._batch_repair(p_function text, p_keyspace text, p_id uuid, p_status text)
 RETURNS boolean
@@ -460,6 +513,7 @@ GRANT EXECUTE ON FUNCTION
     tenure.batch_enqueue_many(text, jsonb),
     tenure.batch_select(text, uuid, integer, integer),
     tenure.batch_resolve(text, uuid, uuid, bigint, text, text),
+    tenure.batch_resolve_many(text, uuid, jsonb),
     tenure.batch_skip(text, uuid),
     tenure.batch_retry(text, uuid),
     tenure.batch_pending(text, uuid)

@@ -1,5 +1,6 @@
 BEGIN;
 
+DROP VIEW tenure.batches;
 DROP VIEW tenure.batch_keys;
 DROP TYPE tenure.batch_enqueued;
 DROP TYPE tenure.batch_grant;

@@ -5,6 +5,8 @@ DROP FUNCTION tenure._batch_pending(text, uuid, timestamptz);
 DROP FUNCTION tenure.batch_retry(text, uuid);
 DROP FUNCTION tenure.batch_skip(text, uuid);
 DROP FUNCTION tenure._batch_repair(text, text, uuid, text);
+DROP FUNCTION tenure.batch_resolve_many(text, uuid, jsonb);
+DROP FUNCTION tenure._batch_resolve_many(text, uuid, jsonb, timestamptz);
 DROP FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text);
 DROP FUNCTION tenure._batch_resolve(text, uuid, uuid, bigint, text, text, timestamptz);
 DROP FUNCTION tenure.batch_select(text, uuid, integer, integer);

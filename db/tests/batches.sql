@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(165);
+SELECT plan(182);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -73,6 +73,9 @@ SELECT function_returns('tenure', 'batch_enqueue_many', ARRAY['text', 'jsonb'], 
 SELECT has_function('tenure', 'batch_select', ARRAY['text', 'uuid', 'integer', 'integer']);
 SELECT function_returns('tenure', 'batch_select', ARRAY['text', 'uuid', 'integer', 'integer'], 'setof tenure.batch_grant');
 SELECT has_function('tenure', 'batch_resolve', ARRAY['text', 'uuid', 'uuid', 'bigint', 'text', 'text']);
+SELECT has_view('tenure', 'batches', 'the view tenure.batches');
+SELECT has_function('tenure', 'batch_resolve_many', ARRAY['text', 'uuid', 'jsonb']);
+SELECT function_returns('tenure', 'batch_resolve_many', ARRAY['text', 'uuid', 'jsonb'], 'integer');
 SELECT function_returns('tenure', 'batch_resolve', ARRAY['text', 'uuid', 'uuid', 'bigint', 'text', 'text'], 'text');
 SELECT has_function('tenure', 'batch_skip', ARRAY['text', 'uuid']);
 SELECT function_returns('tenure', 'batch_skip', ARRAY['text', 'uuid'], 'boolean');
@@ -518,6 +521,52 @@ SELECT throws_ok($$SELECT * FROM tenure.batch_select('two', '00000000-0000-0000-
 SELECT throws_ok($$SELECT * FROM tenure.batch_select('two', '00000000-0000-0000-0000-00000000000a', 1, 0)$$, 'TN001', NULL,
     'batch_select with p_depth 0: TN001');
 
+-- Resolving many at once, all or none ('many', serial, T = 2001-01-20) ----------------------------------
+CREATE FUNCTION pg_temp.res_many(p_items jsonb, p_at timestamptz) RETURNS integer
+LANGUAGE sql
+AS $$ SELECT tenure._batch_resolve_many('many', '00000000-0000-0000-0000-00000000000a', p_items, p_at) $$;
+SELECT is(
+    ARRAY[pg_temp.enq('many', 'M', 1301, '2001-01-20 00:00:01+00'), pg_temp.enq('many', 'N', 1302, '2001-01-20 00:00:02+00'),
+          pg_temp.enq('many', 'M', 1303, '2001-01-20 00:00:03+00')],
+    ARRAY[1, 1, 2]::bigint[], 'M, N, M');
+SELECT is(
+    ARRAY(SELECT key FROM tenure._claim_take('many', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                             '2001-01-20 00:01:00+00') ORDER BY key),
+    ARRAY['M', 'N'], 'instance a takes M and N');
+SELECT is(pg_temp.sel('many', '00000000-0000-0000-0000-00000000000a', 100, 3, '2001-01-20 01:00:00+00'), 'M1/1 N1/1',
+    'serial: the first batch of each key');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "committed"},
+                                       {"id": "%s", "epoch": 9, "status": "committed"}]', '2001-01-20 01:00:01+00')$$,
+           pg_temp.u(1301), pg_temp.u(1302)),
+    'TN103', NULL, 'batch_resolve_many with one stale epoch: TN103');
+SELECT is(ARRAY[pg_temp.status(1301), pg_temp.status(1302)], ARRAY['pending', 'pending'],
+    'and nothing was resolved');
+SELECT throws_ok($$SELECT pg_temp.res_many('{"id": 1}', '2001-01-20 01:00:01+00')$$, 'TN001', NULL,
+    'batch_resolve_many of an object, not an array: TN001');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "committed"}, 7]', '2001-01-20 01:00:01+00')$$,
+           pg_temp.u(1301)),
+    'TN001', 'tenure.batch_resolve_many: resolution 2 needs an object with id and epoch',
+    'batch_resolve_many names the resolution that is not an object');
+SELECT throws_ok($$SELECT pg_temp.res_many('[{"id": "nope", "epoch": 1, "status": "committed"}]', '2001-01-20 01:00:01+00')$$,
+    'TN001', NULL, 'batch_resolve_many with an id that is not a uuid: TN001');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "done"}]', '2001-01-20 01:00:01+00')$$,
+           pg_temp.u(1301)),
+    'TN001', NULL, 'batch_resolve_many with an unknown status: TN001');
+SELECT is(pg_temp.status(1301), 'pending', 'still pending after the bad calls');
+SELECT is(
+    pg_temp.res_many(format('[{"id": "%s", "epoch": 1, "status": "committed"},
+                              {"id": "%s", "epoch": 1, "status": "invalid", "detail": "rejected"}]',
+                            pg_temp.u(1301), pg_temp.u(1302))::jsonb, '2001-01-20 01:00:02+00'),
+    2, 'batch_resolve_many resolves both');
+SELECT results_eq(
+    $$SELECT status, detail FROM tenure.batch WHERE keyspace = 'many' ORDER BY id$$,
+    $$VALUES ('committed', NULL), ('invalid', 'rejected'), ('queued', NULL)$$,
+    'each as told; M2 still queued');
+SELECT is(pg_temp.res_many('[]', '2001-01-20 01:00:03+00'), 0, 'an empty array resolves nothing');
+
 -- Least privilege: the worker role calls functions and reads the view, nothing else -------------------
 SET LOCAL ROLE tenure_worker;
 SELECT results_eq(
@@ -533,6 +582,10 @@ SELECT results_eq(
     $$SELECT key, claimant, claimed, pending FROM tenure.batch_keys WHERE keyspace = 'worker'$$,
     $$VALUES ('W', '00000000-0000-0000-0000-00000000000c'::uuid, true, 1::bigint)$$,
     'tenure_worker can read tenure.batch_keys');
+SELECT results_eq(
+    $$SELECT key, seq, status, payload_bytes, attempts, claim_epoch FROM tenure.batches WHERE keyspace = 'worker'$$,
+    $$VALUES ('W', 1::bigint, 'pending', 1, 1, 1::bigint)$$,
+    'tenure_worker can read tenure.batches');
 SELECT throws_ok($$SELECT * FROM tenure.batch$$, '42501', NULL, 'tenure_worker cannot read tenure.batch');
 RESET ROLE;
 

@@ -6,6 +6,7 @@ BEGIN
             submitted_at, resolved_at, submitter, claim_epoch, detail
        FROM tenure.batch WHERE false;
     PERFORM keyspace, key, mode, queued, pending, halted, oldest_waiting_age FROM tenure.batch_keys WHERE false;
+    PERFORM keyspace, key, seq, id, status, payload_bytes, attempts, detail FROM tenure.batches WHERE false;
     IF has_table_privilege('tenure_worker', 'tenure.batch', 'SELECT') THEN
         RAISE 'tenure_worker must not touch tenure.batch directly';
     END IF;

@@ -8,6 +8,7 @@ BEGIN
         'tenure.batch_enqueue_many(text, jsonb)',
         'tenure.batch_select(text, uuid, integer, integer)',
         'tenure.batch_resolve(text, uuid, uuid, bigint, text, text)',
+        'tenure.batch_resolve_many(text, uuid, jsonb)',
         'tenure.batch_skip(text, uuid)',
         'tenure.batch_retry(text, uuid)',
         'tenure.batch_pending(text, uuid)'] LOOP

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+
+log = logging.getLogger(__name__)
 
 
 def instance_name(name: str | None = None) -> str:
@@ -34,3 +39,33 @@ def connect(conninfo: str, *, application_name: str, deadline: float) -> psycopg
         tcp_user_timeout=millis,
         options=f"-c statement_timeout={millis} -c idle_in_transaction_session_timeout={max(millis, 1000)}",
     )
+
+
+def listen(
+    conninfo: str,
+    channel: str,
+    *,
+    name: str,
+    stopping: threading.Event,
+    retry: float,
+    on_notify: Callable[[str | None], None],
+) -> None:
+    """LISTEN on ``channel`` until ``stopping`` is set, calling ``on_notify`` with each payload.
+
+    ``on_notify(None)`` follows every (re)connection: what was announced while no one
+    listened is lost, so the caller should poll then. Notifications only wake early;
+    polling remains the truth.
+    """
+    while not stopping.is_set():
+        try:
+            with connect(
+                conninfo, application_name=f"tenure listen {name}", deadline=max(retry, 1.0)
+            ) as connection:
+                connection.execute(f"LISTEN {channel}")
+                on_notify(None)
+                while not stopping.is_set():
+                    for notify in connection.notifies(timeout=0.5):
+                        on_notify(notify.payload)
+        except psycopg.Error as error:
+            log.warning("%s: listen failed, polling only until it reconnects: %s", name, error)
+            stopping.wait(retry)

@@ -173,6 +173,16 @@ class BatchGrant:
 
 
 @dataclass(frozen=True)
+class Resolution:
+    """What the external system says of a pending batch, for batch_resolve_many."""
+
+    id: UUID
+    epoch: int
+    status: str  # 'committed', 'invalid' or 'unknown'
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
 class BatchKey:
     """One row of the view ``tenure.batch_keys``: depth per key."""
 
@@ -189,6 +199,27 @@ class BatchKey:
     committed: int
     oldest_waiting_age: timedelta | None
     halted: bool
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One row of the view ``tenure.batches`` (without the payload)."""
+
+    keyspace: str
+    key: str
+    seq: int
+    id: UUID
+    status: str
+    payload_bytes: int
+    state_keys: list[str]
+    depends_on: list[UUID]
+    attempts: int
+    enqueued_at: datetime
+    submitted_at: datetime | None
+    resolved_at: datetime | None
+    submitter: UUID | None
+    claim_epoch: int | None
+    detail: str | None
 
 
 def _json(value: Any) -> Jsonb | None:
@@ -531,6 +562,23 @@ class Driver:
             )
         )
 
+    def batch_resolve_many(self, keyspace: str, instance_id: UUID, resolutions: Sequence[Resolution]) -> int:
+        """Resolve several batches in one call, all or none; returns how many."""
+        items = [
+            {
+                "id": str(r.id),
+                "epoch": r.epoch,
+                "status": r.status,
+                **({"detail": r.detail} if r.detail else {}),
+            }
+            for r in resolutions
+        ]
+        return int(
+            self._scalar(
+                "SELECT tenure.batch_resolve_many(%s, %s, %s)", (keyspace, instance_id, Jsonb(items))
+            )
+        )
+
     def batch_skip(self, keyspace: str, id: UUID) -> bool:
         return bool(self._scalar("SELECT tenure.batch_skip(%s, %s)", (keyspace, id)))
 
@@ -539,6 +587,23 @@ class Driver:
 
     def batch_pending(self, keyspace: str, instance_id: UUID) -> list[BatchGrant]:
         return self._rows(BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id))
+
+    def batches(
+        self, keyspace: str, *, key: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[BatchRow]:
+        """Rows of ``tenure.batches`` of a queue, by key and sequence."""
+        return self._rows(
+            BatchRow,
+            """
+            SELECT * FROM tenure.batches
+             WHERE keyspace = %(keyspace)s
+               AND (%(key)s::text IS NULL OR key = %(key)s)
+               AND (%(status)s::text IS NULL OR status = %(status)s)
+             ORDER BY key, seq
+             LIMIT %(limit)s
+            """,
+            {"keyspace": keyspace, "key": key, "status": status, "limit": limit},
+        )
 
     def batch_keys(self, keyspace: str | None = None) -> list[BatchKey]:
         return self._rows(

@@ -27,7 +27,8 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from tenure.claimer import Claimer, Keys
-from tenure.driver import BatchGrant, Driver
+from tenure.connect import listen
+from tenure.driver import BatchGrant, Driver, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class SubmissionPool:
         cycle: float = 1.0,
         expiry: float = 3.0,
         poll_interval: float = 0.2,
+        listen: bool = True,
         name: str | None = None,
     ) -> None:
         if submitters < 1 or depth < 1:
@@ -97,6 +99,8 @@ class SubmissionPool:
         self.status = status
         self.submitters = submitters
         self.poll_interval = poll_interval
+        self.listen = listen
+        self.conninfo = conninfo
         self.claimer = Claimer(conninfo, keyspace, cycle=cycle, expiry=expiry, name=name, on_lost=self._lost)
         self.pool: ConnectionPool[Any] = ConnectionPool(
             conninfo, min_size=1, max_size=submitters + 2, kwargs={"autocommit": True}, open=False
@@ -113,7 +117,8 @@ class SubmissionPool:
         # monitor must not ask the external system about these.
         self._unsubmitted: set[UUID] = set()
         self._stopping = threading.Event()
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # submitters: something may have become eligible
+        self._resolve_soon = threading.Event()  # monitor: something was submitted
         self._threads: list[threading.Thread] = []
         self.submitted = 0
         self.skipped = 0
@@ -122,6 +127,8 @@ class SubmissionPool:
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
         targets = [self._submitter] * self.submitters + [self._monitor]
+        if self.listen:
+            targets.append(self._listen)
         for n, target in enumerate(targets):
             thread = threading.Thread(target=target, name=f"tenure-queue-{n}", daemon=True)
             thread.start()
@@ -131,6 +138,7 @@ class SubmissionPool:
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        self._resolve_soon.set()
         with self._order_changed:
             self._order_changed.notify_all()
         for thread in self._threads:
@@ -215,6 +223,7 @@ class SubmissionPool:
             )
         with self._order_changed:
             self.submitted += 1
+        self._resolve_soon.set()
 
     def _still_held(self, batch: BatchGrant) -> bool:
         try:
@@ -225,29 +234,68 @@ class SubmissionPool:
         except psycopg.Error:
             return False
 
-    # -- monitor -----------------------------------------------------------------------
+    # -- monitor ------------------------------------------------------------------------
 
     def _monitor(self) -> None:
-        while not self._stopping.wait(self.poll_interval):
+        """Asks the external system about pending batches right after submissions, and
+        every poll interval; resolves what it learned in one call."""
+        while not self._stopping.is_set():
+            self._resolve_soon.wait(self.poll_interval)
+            self._resolve_soon.clear()
+            if self._stopping.is_set():
+                return
             try:
-                with self.pool.connection() as connection:
-                    driver = Driver(connection)
-                    for batch in driver.batch_pending(self.keyspace, self.claimer.instance_id):
-                        with self._order_changed:
-                            if batch.id in self._unsubmitted:
-                                continue
-                        outcome = self.status(batch)
-                        if outcome is None:
-                            continue
-                        try:
-                            driver.batch_resolve(
-                                self.keyspace, self.claimer.instance_id, batch.id, batch.claim_epoch, outcome
-                            )
-                        except (ClaimLost, InvalidTransition) as error:
-                            log.info("%s: could not resolve %s: %s", self.keyspace, batch.id, error.message)
-                        self.queuer.poke()
-                        self._wake.set()
+                if self._resolve_pending():
+                    self.queuer.poke()
+                    self._wake.set()
             except psycopg.Error as error:
                 log.warning("%s: monitoring failed: %s", self.keyspace, error)
             except Exception:
                 log.exception("%s: the status function failed", self.keyspace)
+
+    def _resolve_pending(self) -> int:
+        instance = self.claimer.instance_id
+        with self.pool.connection() as connection:
+            driver = Driver(connection)
+            pending = driver.batch_pending(self.keyspace, instance)
+            with self._order_changed:
+                submitted = [batch for batch in pending if batch.id not in self._unsubmitted]
+            resolutions = []
+            for batch in submitted:
+                outcome = self.status(batch)
+                if outcome is not None:
+                    resolutions.append(Resolution(batch.id, batch.claim_epoch, outcome))
+            if not resolutions:
+                return 0
+            try:
+                return driver.batch_resolve_many(self.keyspace, instance, resolutions)
+            except (ClaimLost, InvalidTransition) as error:
+                # A key changed hands meanwhile: resolve, one by one, what is still ours.
+                log.info("%s: resolving one by one: %s", self.keyspace, error.message)
+            resolved = 0
+            for r in resolutions:
+                try:
+                    driver.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
+                    resolved += 1
+                except (ClaimLost, InvalidTransition) as error:
+                    log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
+            return resolved
+
+    # -- notifications ----------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Wake idle submitters when a batch of this queue is enqueued or resolved."""
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or payload == self.keyspace:
+                self.queuer.poke()
+                self._wake.set()
+
+        listen(
+            self.conninfo,
+            "tenure_batch",
+            name=f"{self.keyspace} {self.claimer.name}",
+            stopping=self._stopping,
+            retry=self.poll_interval,
+            on_notify=on_notify,
+        )

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from tenure.connect import connect, instance_name
+from tenure.connect import instance_name, listen
 from tenure.driver import Driver, TaskLease
 from tenure.errors import InvalidConfiguration, LeaseLost
 
@@ -256,23 +256,20 @@ class TaskWorker:
         )
 
     def _listen(self) -> None:
-        """Wake the poller when a task of our kinds becomes due; polling remains the truth."""
-        while not self._stopping.is_set():
-            try:
-                with connect(
-                    self.conninfo,
-                    application_name=f"tenure listen {self.name}",
-                    deadline=max(self.poll_interval, 1.0),
-                ) as connection:
-                    connection.execute("LISTEN tenure_task")
-                    self._wake.set()  # anything announced before LISTEN: poll now
-                    while not self._stopping.is_set():
-                        for notify in connection.notifies(timeout=0.5):
-                            if notify.payload in self.kinds:
-                                self._wake.set()
-            except psycopg.Error as error:
-                log.warning("%s: listen failed, polling only until it reconnects: %s", self.name, error)
-                self._stopping.wait(self.poll_interval)
+        """Wake the poller when a task of our kinds becomes due (or LISTEN reconnected)."""
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or payload in self.kinds:
+                self._wake.set()
+
+        listen(
+            self.conninfo,
+            "tenure_task",
+            name=self.name,
+            stopping=self._stopping,
+            retry=self.poll_interval,
+            on_notify=on_notify,
+        )
 
     # -- keeping leases --------------------------------------------------------------
 

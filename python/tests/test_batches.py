@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from tenure import ClaimLost, Driver
+from tenure.driver import Resolution
 from tenure.errors import InvalidTransition
 from tenure.ledger import SimulatedLedger
 from tenure.queue import SubmissionPool
@@ -48,6 +49,23 @@ def test_serial_queue_through_the_driver(admin: psycopg.Connection[Any]) -> None
         1,
         False,
     )
+
+
+def test_resolve_many_is_all_or_none(admin: psycopg.Connection[Any]) -> None:
+    driver = Driver(admin)
+    me = uuid.uuid4()
+    driver.batch_configure("many", mode="unconstrained")
+    driver.batch_enqueue_many("many", [{"key": k, "payload": b"x"} for k in ("a", "a", "b")])
+    driver.claim_take("many", me, expiry=60)
+    grants = driver.batch_select("many", me, limit=8, depth=2)
+    assert sorted((g.key, g.seq) for g in grants) == [("a", 1), ("a", 2), ("b", 1)]
+    stale = [Resolution(g.id, g.claim_epoch + (g.key == "b"), "committed") for g in grants]
+    with pytest.raises(ClaimLost):
+        driver.batch_resolve_many("many", me, stale)
+    assert len(driver.batch_pending("many", me)) == 3, "nothing was resolved"
+    outcomes = [Resolution(g.id, g.claim_epoch, "invalid" if g.key == "b" else "committed") for g in grants]
+    assert driver.batch_resolve_many("many", me, outcomes) == 3
+    assert {(r.key, r.committed, r.invalid) for r in driver.batch_keys("many")} == {("a", 2, 0), ("b", 0, 1)}
 
 
 def wait_until(condition: Any, timeout: float = 30.0) -> bool:

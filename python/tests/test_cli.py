@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tenure.cli import CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
+from tenure.cli import BATCH_EXAMPLES, CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
 from tenure.demo import run_demo
 from tenure.demo_tasks import run_task_demo
 
@@ -27,6 +29,7 @@ TENURE = [sys.executable, "-m", "tenure"]
         *EXAMPLES,
         *(f"task {name}" for name in TASK_EXAMPLES),
         *(f"claim {name}" for name in CLAIM_EXAMPLES),
+        *(f"batch {name}" for name in BATCH_EXAMPLES),
     ],
 )
 def test_every_command_has_help_with_an_example(command: str | None) -> None:
@@ -188,3 +191,65 @@ def test_claim_commands(app_conninfo: str, tmp_path: Path) -> None:
             process.kill()
     assert log.read_text().rstrip().endswith("released")
     assert tenure("list", "--keyspace", "cli").stdout.count("unclaimed for") == 2
+
+
+def test_batch_commands(app_conninfo: str, tmp_path: Path) -> None:
+    def tenure(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*TENURE, "batch", *args, "--db", app_conninfo, "--keyspace", "cli-ledger"],
+            capture_output=True,
+            text=True,
+        )
+
+    assert tenure("configure", "--mode", "serial").returncode == 0
+    for price in ("price 2.75", "bad 3.00", "price 3.25"):
+        assert "enqueued" in tenure("enqueue", "--key", "po-1", "--payload", price).stdout
+    bad = tenure("enqueue", "--key", "po-1", "--payload", "x", "--depends-on", str(uuid.uuid4()))
+    assert bad.returncode == 2 and "depends on a batch that does not exist" in bad.stderr
+    assert "queued 3" in tenure("keys").stdout
+    applied, log = tmp_path / "ledger.txt", tmp_path / "run.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                *TENURE,
+                "batch",
+                "run",
+                "--db",
+                app_conninfo,
+                "--keyspace",
+                "cli-ledger",
+                "--module",
+                "batch_app",
+                "--cycle",
+                "0.2",
+                "--expiry",
+                "0.7",
+                "--poll-interval",
+                "0.05",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "BATCH_APP_LOG": str(applied)},
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while "HALTED" not in tenure("keys", "--halted").stdout and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "invalid 1 committed 1" in tenure("keys", "--halted").stdout
+        (invalid,) = [line.split()[0] for line in tenure("list", "--status", "invalid").stdout.splitlines()]
+        assert applied.read_text() == "po-1 1 price 2.75\npo-1 2 bad 3.00\n", (
+            "the key halts at the invalid one"
+        )
+        missing = tenure("retry", str(uuid.uuid4()))
+        assert missing.returncode == 2 and "no batch" in missing.stderr
+        assert "skipped" in tenure("skip", invalid).stdout
+        assert tenure("skip", invalid).returncode == 1, "skipped already: nothing to do"
+        while "committed 2" not in tenure("keys").stdout and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert applied.read_text().splitlines()[-1] == "po-1 3 price 3.25"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "stopped: 3 submitted" in log.read_text()
