@@ -18,11 +18,12 @@ CREATE TABLE tenure.batch_key (
     mode          text    CHECK (mode IN ('unconstrained', 'serial', 'parallel')),
     implicit_deps boolean,
     next_seq      bigint  NOT NULL DEFAULT 1,
+    last_selected timestamptz,
     PRIMARY KEY (keyspace, key),
     FOREIGN KEY (keyspace, key) REFERENCES tenure.claim_key (keyspace, key) ON DELETE CASCADE
 );
 COMMENT ON TABLE tenure.batch_key IS
-    'A key with batches: its own mode and implicit_deps (NULL = the queue''s), and the next number of its per-key sequence, assigned under the lock of this row.';
+    'A key with batches: its own mode and implicit_deps (NULL = the queue''s), the next number of its per-key sequence, assigned under the lock of this row, and when a batch of it was last selected (keys least recently served go first).';
 
 -- A batch reaches the external system in the order of seq within its key.
 CREATE TABLE tenure.batch (

@@ -237,7 +237,7 @@ BEGIN
 
     RETURN QUERY
     WITH held AS (
-        SELECT c.key, c.epoch, coalesce(k.mode, q.mode, 'serial') AS mode,
+        SELECT c.key, c.epoch, k.last_selected, coalesce(k.mode, q.mode, 'serial') AS mode,
                coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps
           FROM tenure.claim_key c
           JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
@@ -245,7 +245,7 @@ BEGIN
          WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
-               h.epoch, h.mode, h.implicit_deps
+               h.epoch, h.last_selected, h.mode, h.implicit_deps
           FROM held h
           JOIN tenure.batch b ON b.keyspace = p_keyspace AND b.key = h.key
          WHERE b.status IN ('queued', 'pending', 'unknown', 'invalid')
@@ -275,11 +275,16 @@ BEGIN
                                             OR cardinality(o.state_keys) = 0))
                END
     ), chosen AS (
-        SELECT e.id, e.epoch, e.round
+        -- Round by round; within a round, keys least recently served first (so that under
+        -- a flood every key gets its turn before any gets a second), then oldest waiting.
+        SELECT e.id, e.key, e.epoch, e.round
           FROM eligible e
          WHERE e.round <= p_depth
-         ORDER BY e.round, e.key_age, e.key
+         ORDER BY e.round, e.last_selected NULLS FIRST, e.key_age, e.key
          LIMIT p_limit
+    ), served AS (
+        UPDATE tenure.batch_key AS k SET last_selected = v_now
+         WHERE k.keyspace = p_keyspace AND k.key IN (SELECT c.key FROM chosen c)
     ), submitted AS (
         UPDATE tenure.batch AS b
            SET status = 'pending', attempts = b.attempts + 1, submitted_at = v_now, submitter = p_instance,
@@ -291,7 +296,7 @@ BEGIN
     SELECT s.id, s.key, s.seq, s.payload, s.state_keys, s.attempts, s.claim_epoch, s.round::integer
       FROM submitted s
       JOIN eligible e ON e.id = s.id
-     ORDER BY s.round, e.key_age, s.key;
+     ORDER BY s.round, e.last_selected NULLS FIRST, e.key_age, s.key;
 END
 $$;
 
@@ -304,7 +309,7 @@ AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_dept
 
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
-With p_depth = 1 (one round): the oldest eligible batch of every key, keys whose oldest waiting batch is oldest first. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
+With p_depth = 1 (one round): the oldest eligible batch of every key; keys least recently served first, then keys whose oldest waiting batch is oldest, so that under a flood of one key every other key gets its turn in each round. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
 Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything). Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
 Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
 

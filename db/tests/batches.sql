@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(182);
+SELECT plan(189);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -260,6 +260,27 @@ SELECT is(pg_temp.sel('limit', '00000000-0000-0000-0000-00000000000a', 2, 1, '20
     'C1/1 A1/1', 'p_limit caps the count; the key with the oldest waiting batch first, not by name');
 SELECT is(pg_temp.sel('limit', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-04 01:00:01+00'),
     'B1/1 C2/1', 'then B (waiting since 3 s) before C (its next batch waiting since 4 s)');
+
+-- Fair turns under a flood ('flood', T = 2001-01-21) -------------------------------------------
+SELECT lives_ok($$SELECT tenure._batch_configure('flood', 'unconstrained', true, NULL, '2001-01-21 00:00:00+00')$$,
+    'flood queue is unconstrained');
+SELECT is(
+    ARRAY[pg_temp.enq('flood', 'F', 1401, '2001-01-21 00:00:01+00'), pg_temp.enq('flood', 'F', 1402, '2001-01-21 00:00:02+00'),
+          pg_temp.enq('flood', 'F', 1403, '2001-01-21 00:00:03+00'), pg_temp.enq('flood', 'A', 1404, '2001-01-21 00:00:04+00'),
+          pg_temp.enq('flood', 'B', 1405, '2001-01-21 00:00:05+00')],
+    ARRAY[1, 2, 3, 1, 1]::bigint[], 'F floods three batches, then A and B send one each');
+SELECT is(
+    ARRAY(SELECT key FROM tenure._claim_take('flood', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                             '2001-01-21 00:01:00+00') ORDER BY key),
+    ARRAY['A', 'B', 'F'], 'instance a takes A, B and F');
+SELECT is(pg_temp.sel('flood', '00000000-0000-0000-0000-00000000000a', 1, 1, '2001-01-21 01:00:00+00'), 'F1/1',
+    'one submitter: first the key waiting longest, F');
+SELECT is(pg_temp.sel('flood', '00000000-0000-0000-0000-00000000000a', 1, 1, '2001-01-21 01:00:01+00'), 'A1/1',
+    'then A, though F''s next batch waits longer: F was just served');
+SELECT is(pg_temp.sel('flood', '00000000-0000-0000-0000-00000000000a', 1, 1, '2001-01-21 01:00:02+00'), 'B1/1',
+    'then B');
+SELECT is(pg_temp.sel('flood', '00000000-0000-0000-0000-00000000000a', 1, 1, '2001-01-21 01:00:03+00'), 'F2/1',
+    'and only then F again');
 
 -- Serial mode, the default ('serial', T = 2001-01-05) --------------------------------------
 SELECT is(
