@@ -17,6 +17,8 @@
 7. Claims: instances holding their fair share of 10,000 (and 1,000) keys, each running
    claim_renew + claim_take as fast as it can (one pgbench client per instance), against
    pgbench running one UPDATE that extends the expiry of the same rows on a plain table.
+8. The submission queue: batches per second end to end and fairness under a flood
+   (:mod:`tenure.bench_queue`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from uuid import UUID
 
 import psycopg
 
+from tenure.bench_queue import queue_bench
 from tenure.demo import ServiceProcess, server_now, setup, wait_for_primary
 from tenure.driver import Driver
 from tenure.history import read_terms
@@ -609,9 +612,13 @@ def claim_costs(
     claims_clean(admin)
 
 
+SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue")
+
+
 def run_bench(
     admin_conninfo: str,
     *,
+    sections: list[str],
     seconds: float,
     clients: int,
     kills: int,
@@ -622,6 +629,8 @@ def run_bench(
     wake_tasks: int,
     claim_keys: list[int],
     claim_instances: int,
+    queue_keys: list[int],
+    queue_batches: int,
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -634,53 +643,74 @@ def run_bench(
         admin.execute(JOBS_DDL)
         admin.execute(CLAIMS_PLAIN_DDL)
 
-    print(f"tenure bench: {clients} clients, {seconds:.0f} s per throughput run, {kills} kills")
-    baseline = pgbench_tps(admin_conninfo, BASELINE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    own = pgbench_tps(admin_conninfo, OWN_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    shared = pgbench_tps(admin_conninfo, SHARED_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    print(f"  baseline  pgbench one-row UPDATE               {baseline:10.0f} tps   1.00")
-    print(f"  heartbeat {clients} electors, one type each        {own:10.0f} /s    {own / baseline:.2f}")
-    print(
-        f"  heartbeat {clients} electors bidding for one type   {shared:10.0f} /s    {shared / baseline:.2f}"
-    )
+    print(f"tenure bench ({', '.join(sections)}): {clients} clients, {seconds:.0f} s per throughput run")
+    if "heartbeat" in sections:
+        baseline = pgbench_tps(
+            admin_conninfo, BASELINE_SQL, clients=clients, seconds=seconds, workdir=workdir
+        )
+        own = pgbench_tps(admin_conninfo, OWN_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
+        shared = pgbench_tps(
+            admin_conninfo, SHARED_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir
+        )
+        print(f"  baseline  pgbench one-row UPDATE               {baseline:10.0f} tps   1.00")
+        print(f"  heartbeat {clients} electors, one type each        {own:10.0f} /s    {own / baseline:.2f}")
+        print(
+            f"  heartbeat {clients} electors bidding for one type   {shared:10.0f} /s    "
+            f"{shared / baseline:.2f}"
+        )
 
-    interval, timeout = 0.2, 0.6
-    times = takeover_times(admin_conninfo, kills=kills, interval=interval, timeout=timeout, workdir=workdir)
-    bound = timeout + interval
-    if times:
-        p50, p99, worst = percentile(times, 50), percentile(times, 99), max(times)
-        print(
-            f"  takeover after SIGKILL of the primary, I = {interval} s, T = {timeout} s, {len(times)} kills:"
+    if "takeover" in sections:
+        interval, timeout = 0.2, 0.6
+        times = takeover_times(
+            admin_conninfo, kills=kills, interval=interval, timeout=timeout, workdir=workdir
         )
-        print(
-            f"    p50 {p50:.3f} s ({p50 / bound:.2f} of T + I)   p99 {p99:.3f} s ({p99 / bound:.2f})   "
-            f"max {worst:.3f} s ({worst / bound:.2f}); bound T + I = {bound:.3f} s; "
-            f"{sum(t > bound for t in times)} over the bound"
-        )
+        bound = timeout + interval
+        if times:
+            p50, p99, worst = percentile(times, 50), percentile(times, 99), max(times)
+            print(
+                f"  takeover after SIGKILL of the primary, I = {interval} s, T = {timeout} s, "
+                f"{len(times)} kills:"
+            )
+            print(
+                f"    p50 {p50:.3f} s ({p50 / bound:.2f} of T + I)   p99 {p99:.3f} s ({p99 / bound:.2f})   "
+                f"max {worst:.3f} s ({worst / bound:.2f}); bound T + I = {bound:.3f} s; "
+                f"{sum(t > bound for t in times)} over the bound"
+            )
 
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
-        for backlog in backlogs:
-            task_throughput(
-                admin, admin_conninfo, backlog=backlog, workers=workers, seconds=task_seconds, workdir=workdir
+        if "tasks" in sections:
+            for backlog in backlogs:
+                task_throughput(
+                    admin,
+                    admin_conninfo,
+                    backlog=backlog,
+                    workers=workers,
+                    seconds=task_seconds,
+                    workdir=workdir,
+                )
+        if "enqueue" in sections:
+            enqueue_rates(
+                admin,
+                admin_conninfo,
+                clients=clients,
+                seconds=task_seconds,
+                batches=enqueue_batches,
+                backlog=min(backlogs),
+                workdir=workdir,
             )
-        enqueue_rates(
-            admin,
-            admin_conninfo,
-            clients=clients,
-            seconds=task_seconds,
-            batches=enqueue_batches,
-            backlog=min(backlogs),
-            workdir=workdir,
-        )
-        wake_latency(admin, admin_conninfo, tasks=wake_tasks, workdir=workdir)
+        if "wake" in sections:
+            wake_latency(admin, admin_conninfo, tasks=wake_tasks, workdir=workdir)
         clean(admin)
-        claim_costs(
-            admin,
-            admin_conninfo,
-            keys=claim_keys,
-            instances=claim_instances,
-            seconds=seconds,
-            workdir=workdir,
-        )
+        if "claims" in sections:
+            claim_costs(
+                admin,
+                admin_conninfo,
+                keys=claim_keys,
+                instances=claim_instances,
+                seconds=seconds,
+                workdir=workdir,
+            )
+        if "queue" in sections:
+            queue_bench(admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir)
     print(f"  logs: {workdir}")
     return 0

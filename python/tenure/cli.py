@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 
+from tenure.bench import SECTIONS
 from tenure.claimer import Claimer
 from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
@@ -136,6 +137,7 @@ def cmd_check_primary(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from tenure.demo import run_demo
+    from tenure.demo_queue import run_queue_demo
     from tenure.demo_tasks import run_task_demo
 
     workdir = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
@@ -143,7 +145,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.db, instances=args.instances, interval=args.interval, timeout=args.timeout, workdir=workdir
     )
     tasks_ok = run_task_demo(args.db, workdir=workdir)
-    return 0 if ok and tasks_ok else 1
+    queue_ok = run_queue_demo(args.db, workdir=workdir)
+    return 0 if ok and tasks_ok and queue_ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -151,6 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     return run_bench(
         args.db,
+        sections=args.sections,
         seconds=args.seconds,
         clients=args.clients,
         kills=args.kills,
@@ -161,7 +165,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         wake_tasks=args.wake_tasks,
         claim_keys=args.claim_keys,
         claim_instances=args.claim_instances,
+        queue_keys=args.queue_keys,
+        queue_batches=args.queue_batches,
     )
+
+
+def _sections(text: str) -> list[str]:
+    """A comma-separated list of bench sections."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(SECTIONS)}; unknown: {','.join(unknown)}")
+    return chosen
 
 
 def _counts(text: str) -> list[int]:
@@ -487,6 +502,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=8,
         help="instances sharing the keys, one pgbench client each (8)",
+    )
+    bench.add_argument(
+        "--queue-keys", type=_counts, default=[4, 1000], help="keys of the submission-queue runs (4,1000)"
+    )
+    bench.add_argument(
+        "--queue-batches",
+        type=int,
+        default=2000,
+        help="batches per submission-queue run, at least 4 per key (2000)",
+    )
+    bench.add_argument(
+        "--sections",
+        type=_sections,
+        default=list(SECTIONS),
+        help=f"comma-separated parts to run ({','.join(SECTIONS)})",
     )
     bench.set_defaults(run=cmd_bench)
 

@@ -33,6 +33,8 @@ from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 
 log = logging.getLogger(__name__)
 
+MONITOR_FIRST_RETRY = 0.005  # seconds: the first re-ask after a submission, doubling up to the poll interval
+
 Submit = Callable[[BatchGrant], None]
 Status = Callable[[BatchGrant], str | None]  # 'committed', 'invalid', 'unknown', or None: still pending
 
@@ -237,23 +239,32 @@ class SubmissionPool:
     # -- monitor ------------------------------------------------------------------------
 
     def _monitor(self) -> None:
-        """Asks the external system about pending batches right after submissions, and
+        """Asks the external system about pending batches right after submissions, again
+        soon (backing off up to the poll interval) while some are still in flight, and
         every poll interval; resolves what it learned in one call."""
+        delay = self.poll_interval
         while not self._stopping.is_set():
-            self._resolve_soon.wait(self.poll_interval)
+            if self._resolve_soon.wait(delay):
+                delay = MONITOR_FIRST_RETRY
             self._resolve_soon.clear()
             if self._stopping.is_set():
                 return
             try:
-                if self._resolve_pending():
+                resolved, in_flight = self._resolve_pending()
+                if resolved:
                     self.queuer.poke()
                     self._wake.set()
             except psycopg.Error as error:
                 log.warning("%s: monitoring failed: %s", self.keyspace, error)
+                in_flight = False
             except Exception:
                 log.exception("%s: the status function failed", self.keyspace)
+                in_flight = False
+            delay = min(delay * 2, self.poll_interval) if in_flight else self.poll_interval
 
-    def _resolve_pending(self) -> int:
+    def _resolve_pending(self) -> tuple[int, bool]:
+        """Resolves what the external system knows; returns how many, and whether any
+        submitted batch is still in flight."""
         instance = self.claimer.instance_id
         with self.pool.connection() as connection:
             driver = Driver(connection)
@@ -265,10 +276,11 @@ class SubmissionPool:
                 outcome = self.status(batch)
                 if outcome is not None:
                     resolutions.append(Resolution(batch.id, batch.claim_epoch, outcome))
+            in_flight = len(resolutions) < len(submitted)
             if not resolutions:
-                return 0
+                return 0, in_flight
             try:
-                return driver.batch_resolve_many(self.keyspace, instance, resolutions)
+                return driver.batch_resolve_many(self.keyspace, instance, resolutions), in_flight
             except (ClaimLost, InvalidTransition) as error:
                 # A key changed hands meanwhile: resolve, one by one, what is still ours.
                 log.info("%s: resolving one by one: %s", self.keyspace, error.message)
@@ -279,7 +291,7 @@ class SubmissionPool:
                     resolved += 1
                 except (ClaimLost, InvalidTransition) as error:
                     log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
-            return resolved
+            return resolved, in_flight
 
     # -- notifications ----------------------------------------------------------------
 

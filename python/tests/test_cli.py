@@ -17,6 +17,7 @@ import pytest
 
 from tenure.cli import BATCH_EXAMPLES, CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
 from tenure.demo import run_demo
+from tenure.demo_queue import run_queue_demo
 from tenure.demo_tasks import run_task_demo
 
 TENURE = [sys.executable, "-m", "tenure"]
@@ -122,6 +123,17 @@ def test_task_demo_recovers_the_killed_step(admin_conninfo: str, tmp_path: Path,
     output = capsys.readouterr().out
     assert "nothing (killed)" in output
     assert "every order charged once and shipped once" in output
+
+
+def test_queue_demo_keeps_order_through_a_kill_a_flood_and_a_halt(
+    admin_conninfo: str, tmp_path: Path, capsys: Any
+) -> None:
+    assert run_queue_demo(admin_conninfo, workdir=tmp_path) is True
+    output = capsys.readouterr().out
+    assert "applied 2.75 -> 3.00 -> 3.25" in output
+    assert "applied 10.00 -> 12.00" in output
+    assert "po-2 halted: the ledger rejected batch #2" in output
+    assert "never submitted again" in output
 
 
 def test_task_commands(app_conninfo: str) -> None:

@@ -1,0 +1,272 @@
+"""The submission queue's figures for ``tenure bench``.
+
+Throughput: batches committed per second end to end (selected, submitted to an
+in-process simulated ledger that applies at once, resolved by the monitor) by one
+:class:`~tenure.queue.SubmissionPool` with 8 submitters, for 4 and for 1,000 keys, in
+each mode, one-round (depth 1) against multi-round (depth 4). The baseline, measured
+in the same run, is a naive queue with the same ledger and the same number of
+threads: a plain table taken FIFO with ``FOR UPDATE SKIP LOCKED`` and marked done,
+which keeps no per-key order, no fairness and no fencing.
+
+Fairness under a flood: 50 keys, one of which enqueued 5,000 batches before the 49
+others enqueued 100 each. Submissions are cut into consecutive windows of 10 per key
+(500) while every key still has batches waiting; Jain's index of the submissions per
+key in a window is 1 when every key got the same and 1/50 when one key got them all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from tenure.driver import BatchGrant, Driver
+from tenure.ledger import SimulatedLedger
+from tenure.queue import SubmissionPool
+
+NAIVE_DDL = """
+CREATE TABLE IF NOT EXISTS tenure_bench.naive_batch (
+    id bigserial PRIMARY KEY, key text NOT NULL, seq bigint NOT NULL, payload bytea NOT NULL,
+    status text NOT NULL DEFAULT 'queued');
+CREATE INDEX IF NOT EXISTS naive_batch_queued ON tenure_bench.naive_batch (id) WHERE status = 'queued';
+"""
+NAIVE_TAKE = """
+UPDATE tenure_bench.naive_batch SET status = 'pending'
+ WHERE id = (SELECT id FROM tenure_bench.naive_batch WHERE status = 'queued'
+              ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+RETURNING id, key, seq, payload
+"""
+FLOOD_KEYS, FLOOD_BATCHES, SMALL_BATCHES = 50, 5_000, 100
+
+
+@dataclass
+class RecordingLedger:
+    """A ledger that applies every batch at once and records who was submitted when."""
+
+    ledger: SimulatedLedger = field(default_factory=lambda: SimulatedLedger(keeps_order=False, max_delay=0))
+    submissions: list[tuple[float, str]] = field(default_factory=list)
+
+    def submit(self, batch: BatchGrant) -> None:
+        self.ledger.submit(batch)
+        self.submissions.append((time.monotonic(), batch.key))  # list.append is atomic
+
+    def status(self, batch: BatchGrant) -> str | None:
+        return self.ledger.status(batch)
+
+
+def jain(counts: list[int]) -> float:
+    """Jain's fairness index: (sum x)^2 / (n * sum x^2)."""
+    squares = sum(x * x for x in counts)
+    return sum(counts) ** 2 / (len(counts) * squares) if squares else 1.0
+
+
+def window_fairness(submissions: list[tuple[float, str]], keys: list[str], per_key: int) -> list[float]:
+    """Jain's index per window of ``per_key * len(keys)`` consecutive submissions, while
+    every key still has batches to come (up to the first key's last submission)."""
+    order = [key for _, key in sorted(submissions)]
+    last = {key: i for i, key in enumerate(order)}
+    until = min(last.get(key, len(order)) for key in keys)
+    size = per_key * len(keys)
+    windows = [order[start : start + size] for start in range(0, until - size + 1, size)]
+    return [jain([Counter(window)[key] for key in keys]) for window in windows]
+
+
+def steady_rate(samples: list[tuple[float, int]], total: int) -> float:
+    """Batches per second between 10% and 90% of ``total`` done (start-up and tail left out)."""
+
+    def when(target: float) -> float:
+        for (t0, n0), (t1, n1) in itertools.pairwise(samples):
+            if n1 >= target:
+                return t0 + (t1 - t0) * (target - n0) / max(n1 - n0, 1)
+        raise RuntimeError(f"never reached {target} of {total}")
+
+    low, high = 0.1 * total, 0.9 * total
+    return (high - low) / max(when(high) - when(low), 1e-9)
+
+
+def watch(count: Callable[[], int], total: int, *, timeout: float) -> list[tuple[float, int]]:
+    samples = [(time.monotonic(), count())]
+    deadline = samples[0][0] + timeout
+    while samples[-1][1] < total:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {samples[-1][1]} of {total} batches done in {timeout:.0f} s")
+        time.sleep(0.05)
+        samples.append((time.monotonic(), count()))
+    return samples
+
+
+def enqueue(admin: psycopg.Connection[Any], keyspace: str, plan: list[tuple[str, int]], mode: str) -> int:
+    """Enqueue ``count`` batches per key in the order of ``plan``; parallel mode gives batch
+    n of a key the state key n % 4, so up to four batches of a key can be in flight."""
+    driver = Driver(admin)
+    driver.batch_configure(keyspace, mode=mode)
+    rows = [
+        {"key": key, "payload": f"{key}:{n}".encode(), "state_keys": [f"s{n % 4}"]}
+        for key, count in plan
+        for n in range(count)
+    ]
+    for start in range(0, len(rows), 1000):
+        driver.batch_enqueue_many(keyspace, rows[start : start + 1000])
+    return len(rows)
+
+
+def retire(admin: psycopg.Connection[Any], keyspace: str) -> None:
+    """Retire every key of a bench queue: its batches go with them."""
+    keys = [r[0] for r in admin.execute("SELECT key FROM tenure.claim_key WHERE keyspace = %s", (keyspace,))]
+    if keys:
+        Driver(admin).claim_retire(keyspace, keys)
+
+
+@contextmanager
+def serving(conninfo: str, keyspace: str, ledger: RecordingLedger, *, depth: int) -> Iterator[SubmissionPool]:
+    pool = SubmissionPool(
+        conninfo,
+        keyspace,
+        submit=ledger.submit,
+        status=ledger.status,
+        submitters=8,
+        depth=depth,
+        cycle=1.0,
+        expiry=5.0,
+        poll_interval=0.2,
+        name="bench",
+    )
+    with pool:
+        yield pool
+
+
+def tenure_run(
+    admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], mode: str, depth: int
+) -> tuple[list[tuple[float, int]], RecordingLedger]:
+    keyspace = f"bench-{mode}-{len(plan)}-{depth}"
+    retire(admin, keyspace)
+    total = enqueue(admin, keyspace, plan, mode)
+    admin.execute("VACUUM ANALYZE tenure.batch")
+
+    def committed() -> int:
+        query = "SELECT count(*) FROM tenure.batch WHERE keyspace = %s AND status = 'committed'"
+        return int(admin.execute(query, (keyspace,)).fetchone()[0])  # type: ignore[index]
+
+    ledger = RecordingLedger()
+    with serving(conninfo, keyspace, ledger, depth=depth):
+        samples = watch(committed, total, timeout=600)
+    retire(admin, keyspace)
+    return samples, ledger
+
+
+def naive_run(
+    admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], threads: int = 8
+) -> tuple[list[tuple[float, int]], RecordingLedger]:
+    admin.execute("TRUNCATE tenure_bench.naive_batch")
+    with admin.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO tenure_bench.naive_batch (key, seq, payload) "
+            "SELECT %s, g, 'x' FROM generate_series(1, %s) g",
+            plan,
+        )
+    admin.execute("VACUUM ANALYZE tenure_bench.naive_batch")
+    total = sum(count for _, count in plan)
+    ledger = RecordingLedger()
+
+    def work() -> None:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            while True:
+                row = connection.execute(NAIVE_TAKE).fetchone()
+                if row is None:
+                    return
+                grant = BatchGrant(UUID(int=row[0]), row[1], row[2], bytes(row[3]), [], 1, 0, 1)
+                ledger.submit(grant)
+                status = ledger.status(grant)
+                connection.execute(
+                    "UPDATE tenure_bench.naive_batch SET status = %s WHERE id = %s", (status, row[0])
+                )
+
+    def done() -> int:
+        query = "SELECT count(*) FROM tenure_bench.naive_batch WHERE status = 'committed'"
+        return int(admin.execute(query).fetchone()[0])  # type: ignore[index]
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    samples = watch(done, total, timeout=600)
+    for worker in workers:
+        worker.join()
+    return samples, ledger
+
+
+def even_plan(keys: int, batches: int) -> list[tuple[str, int]]:
+    return [(f"key-{k:04}", batches // keys) for k in range(keys)]
+
+
+def flood_plan() -> list[tuple[str, int]]:
+    return [("flood", FLOOD_BATCHES)] + [(f"small-{k:02}", SMALL_BATCHES) for k in range(1, FLOOD_KEYS)]
+
+
+def queue_bench(
+    admin: psycopg.Connection[Any], conninfo: str, *, keys: list[int], batches: int, workdir: Path
+) -> None:
+    admin.execute(NAIVE_DDL)
+    print("  submission queue, 8 submitters, a ledger that applies at once; batches committed per second")
+    print("  end to end, against a naive FIFO SKIP LOCKED queue with 8 threads and the same ledger:")
+    print("    keys  batches  naive FIFO (baseline)  mode            one-round       multi-round (depth 4)")
+    for count in keys:
+        plan = even_plan(count, max(batches, 4 * count))
+        total = sum(n for _, n in plan)
+        samples, _ = naive_run(admin, conninfo, plan=plan)
+        base = steady_rate(samples, total)
+        for n, mode in enumerate(("unconstrained", "serial", "parallel")):
+            rates = [
+                steady_rate(tenure_run(admin, conninfo, plan=plan, mode=mode, depth=d)[0], total)
+                for d in (1, 4)
+            ]
+            lead = f"    {count:>4}  {total:>7}  {base:>13.0f} /s  1.00" if n == 0 else " " * 41
+            print(
+                f"{lead}  {mode:<14} {rates[0]:>6.0f} /s {rates[0] / base:5.2f}   "
+                f"{rates[1]:>6.0f} /s {rates[1] / base:5.2f}",
+                flush=True,
+            )
+
+    plan = flood_plan()
+    names = [key for key, _ in plan]
+    print(
+        f"  fairness under a flood: {FLOOD_KEYS} keys, 'flood' enqueued {FLOOD_BATCHES} batches before the"
+        f" {FLOOD_KEYS - 1} others {SMALL_BATCHES} each; Jain's index per window of 10 submissions per key"
+        " while every key waits (1 = even, 0.02 = one key only):"
+    )
+    runs = {
+        "naive FIFO (baseline)": naive_run(admin, conninfo, plan=plan)[1],
+        "tenure one-round": tenure_run(admin, conninfo, plan=plan, mode="unconstrained", depth=1)[1],
+        "tenure multi-round, depth 4": tenure_run(admin, conninfo, plan=plan, mode="unconstrained", depth=4)[
+            1
+        ],
+    }
+    for label, ledger in runs.items():
+        index = window_fairness(ledger.submissions, names, per_key=10)
+        first = sorted(ledger.submissions)
+        flood_share = sum(key == "flood" for _, key in first[: FLOOD_KEYS * 10]) / (FLOOD_KEYS * 10)
+        mean = sum(index) / len(index) if index else float("nan")
+        print(
+            f"    {label:<28} Jain mean {mean:.2f}  min {min(index, default=float('nan')):.2f}"
+            f" over {len(index)} windows; the flood key's share of the first 500 submissions "
+            f"{flood_share:.0%}",
+            flush=True,
+        )
+    started = {label: min(t for t, _ in ledger.submissions) for label, ledger in runs.items()}
+    (workdir / "queue-flood.json").write_text(
+        json.dumps(
+            {
+                label: [(t - started[label], key) for t, key in sorted(ledger.submissions)]
+                for label, ledger in runs.items()
+            }
+        )
+    )
