@@ -50,6 +50,8 @@ COMMENT ON TABLE tenure.batch IS
     'Batches for the external system. queued: waiting; pending: submitted, not yet resolved; committed, invalid: resolved; unknown: the external system lost track, to be resubmitted; skipped: an invalid batch an operator let its key go past.';
 -- Selection and depth only look at batches that are not finished.
 CREATE INDEX batch_open ON tenure.batch (keyspace, key, seq) WHERE status NOT IN ('committed', 'skipped');
+-- Selection counts, per key, the batches that are neither queued nor finished.
+CREATE INDEX batch_unsettled ON tenure.batch (keyspace, key) WHERE status IN ('pending', 'unknown', 'invalid');
 CREATE INDEX batch_depends_on ON tenure.batch USING gin (depends_on) WHERE cardinality(depends_on) > 0;
 
 -- One batch of an enqueue request, as parsed from its JSON.

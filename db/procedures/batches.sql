@@ -238,42 +238,71 @@ BEGIN
     RETURN QUERY
     WITH held AS (
         SELECT c.key, c.epoch, k.last_selected, coalesce(k.mode, q.mode, 'serial') AS mode,
-               coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps
+               coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps,
+               u.invalid > 0 AS has_invalid,
+               -- the first batches of a key that can make its first p_depth rounds: every unsettled
+               -- one plus p_depth queued ones; parallel mode looks further ahead, past batches whose
+               -- state keys overlap earlier ones
+               u.unsettled + CASE coalesce(k.mode, q.mode, 'serial') WHEN 'parallel' THEN greatest(p_depth, 64)
+                                                                    ELSE p_depth END AS window_size
           FROM tenure.claim_key c
           JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
           LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
+          CROSS JOIN LATERAL (SELECT count(*) AS unsettled, count(*) FILTER (WHERE x.status = 'invalid') AS invalid
+                                FROM tenure.batch x
+                               WHERE x.keyspace = c.keyspace AND x.key = c.key
+                                 AND x.status IN ('pending', 'unknown', 'invalid')) u
          WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
-               h.epoch, h.last_selected, h.mode, h.implicit_deps
+               h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid
           FROM held h
-          JOIN tenure.batch b ON b.keyspace = p_keyspace AND b.key = h.key
-         WHERE b.status IN ('queued', 'pending', 'unknown', 'invalid')
-    ), eligible AS (
-        SELECT o.*, row_number() OVER (PARTITION BY o.key ORDER BY o.seq) AS round,
-               min(o.enqueued_at) OVER (PARTITION BY o.key) AS key_age
+          CROSS JOIN LATERAL (SELECT * FROM tenure.batch b
+                               WHERE b.keyspace = p_keyspace AND b.key = h.key
+                                 AND b.status IN ('queued', 'pending', 'unknown', 'invalid')
+                               ORDER BY b.seq
+                               LIMIT h.window_size) b
+    ), marked AS (
+        -- What stands before each batch of its key, in one pass per key (window functions,
+        -- not a scan of the key per batch: a key may have thousands of batches waiting).
+        SELECT o.*,
+               coalesce(bool_or(o.status = 'unknown') OVER earlier, false) AS unknown_before,
+               coalesce(bool_or(o.status = 'pending' AND o.claim_epoch IS DISTINCT FROM o.epoch) OVER earlier,
+                        false) AS in_doubt_before,
+               coalesce(bool_or(o.status <> 'invalid') OVER earlier, false) AS open_before,
+               coalesce(bool_or(o.status <> 'invalid' AND cardinality(o.state_keys) = 0) OVER earlier,
+                        false) AS blanket_before
           FROM open o
-         WHERE o.status IN ('queued', 'unknown')
+        WINDOW earlier AS (PARTITION BY o.key ORDER BY o.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    ), candidates AS (
+        SELECT m.*
+          FROM marked m
+         WHERE m.status IN ('queued', 'unknown')
            -- an invalid batch halts its key when dependencies are implicit
-           AND NOT (o.implicit_deps AND EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'invalid'))
+           AND NOT (m.implicit_deps AND m.has_invalid)
            -- a batch the external system lost goes again before any later one
-           AND NOT EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'unknown' AND x.seq < o.seq)
+           AND NOT m.unknown_before
            -- a batch a previous holder selected is in doubt (submitted or not?) until the
            -- monitor learns its fate: nothing later of its key overtakes it meanwhile
-           AND NOT EXISTS (SELECT FROM open x WHERE x.key = o.key AND x.status = 'pending' AND x.seq < o.seq
-                             AND x.claim_epoch IS DISTINCT FROM o.epoch)
-           -- explicit dependencies must be committed
-           AND NOT EXISTS (SELECT FROM unnest(o.depends_on) d JOIN tenure.batch x ON x.id = d
-                            WHERE x.status <> 'committed')
-           AND CASE o.mode
-                   WHEN 'unconstrained' THEN true
-                   WHEN 'serial' THEN NOT EXISTS (SELECT FROM open x
-                                                   WHERE x.key = o.key AND x.status <> 'invalid' AND x.seq < o.seq)
-                   ELSE NOT EXISTS (SELECT FROM open x
-                                     WHERE x.key = o.key AND x.status <> 'invalid' AND x.seq < o.seq
-                                       AND (x.state_keys && o.state_keys OR cardinality(x.state_keys) = 0
-                                            OR cardinality(o.state_keys) = 0))
-               END
+           AND NOT m.in_doubt_before
+           -- serial: every earlier batch is committed (or invalid without implicit dependencies)
+           AND (m.mode <> 'serial' OR NOT m.open_before)
+           -- parallel: no earlier uncommitted batch without state keys, and none at all before
+           -- a batch without state keys
+           AND (m.mode <> 'parallel' OR NOT m.blanket_before AND (cardinality(m.state_keys) > 0 OR NOT m.open_before))
+    ), eligible AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.key ORDER BY c.seq) AS round,
+               min(c.enqueued_at) OVER (PARTITION BY c.key) AS key_age
+          FROM candidates c
+         -- explicit dependencies must be committed
+         WHERE (cardinality(c.depends_on) = 0
+                OR NOT EXISTS (SELECT FROM unnest(c.depends_on) d JOIN tenure.batch x ON x.id = d
+                                WHERE x.status <> 'committed'))
+           AND (c.mode <> 'parallel'
+                OR NOT EXISTS (SELECT FROM tenure.batch x
+                                WHERE x.keyspace = p_keyspace AND x.key = c.key AND x.seq < c.seq
+                                  AND x.status IN ('queued', 'pending', 'unknown')
+                                  AND x.state_keys && c.state_keys))
     ), chosen AS (
         -- Round by round; within a round, keys least recently served first (so that under
         -- a flood every key gets its turn before any gets a second), then oldest waiting.
@@ -310,7 +339,7 @@ AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_dept
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
 With p_depth = 1 (one round): the oldest eligible batch of every key; keys least recently served first, then keys whose oldest waiting batch is oldest, so that under a flood of one key every other key gets its turn in each round. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
-Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything). Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
+Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything), looking at most 64 (or p_depth) waiting batches ahead per key. Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
 Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
 
 -- Resolution by the monitor, and operator repairs ----------------------------------------
