@@ -259,7 +259,7 @@ BEGIN
           FROM held h
           CROSS JOIN LATERAL (SELECT * FROM tenure.batch b
                                WHERE b.keyspace = p_keyspace AND b.key = h.key
-                                 AND b.status IN ('queued', 'pending', 'unknown', 'invalid')
+                                 AND b.status NOT IN ('committed', 'skipped')  -- as the index batch_open
                                ORDER BY b.seq
                                LIMIT h.window_size) b
     ), marked AS (
@@ -301,7 +301,7 @@ BEGIN
            AND (c.mode <> 'parallel'
                 OR NOT EXISTS (SELECT FROM tenure.batch x
                                 WHERE x.keyspace = p_keyspace AND x.key = c.key AND x.seq < c.seq
-                                  AND x.status IN ('queued', 'pending', 'unknown')
+                                  AND x.status NOT IN ('committed', 'skipped') AND x.status <> 'invalid'
                                   AND x.state_keys && c.state_keys))
     ), chosen AS (
         -- Round by round; within a round, keys least recently served first (so that under
