@@ -290,6 +290,18 @@ BEGIN
            -- parallel: no earlier uncommitted batch without state keys, and none at all before
            -- a batch without state keys
            AND (m.mode <> 'parallel' OR NOT m.blanket_before AND (cardinality(m.state_keys) > 0 OR NOT m.open_before))
+    ), first_use AS (
+        -- parallel: the first uncommitted batch of each key to use each state key
+        SELECT o.key, sk.state_key, min(o.seq) AS seq
+          FROM open o CROSS JOIN LATERAL unnest(o.state_keys) AS sk(state_key)
+         WHERE o.mode = 'parallel' AND o.status <> 'invalid'
+         GROUP BY o.key, sk.state_key
+    ), overlapping AS (
+        -- parallel: a batch one of whose state keys an earlier uncommitted batch uses
+        SELECT DISTINCT c.id
+          FROM candidates c CROSS JOIN LATERAL unnest(c.state_keys) AS sk(state_key)
+          JOIN first_use f ON f.key = c.key AND f.state_key = sk.state_key
+         WHERE c.mode = 'parallel' AND f.seq < c.seq
     ), eligible AS (
         SELECT c.*, row_number() OVER (PARTITION BY c.key ORDER BY c.seq) AS round,
                min(c.enqueued_at) OVER (PARTITION BY c.key) AS key_age
@@ -298,11 +310,7 @@ BEGIN
          WHERE (cardinality(c.depends_on) = 0
                 OR NOT EXISTS (SELECT FROM unnest(c.depends_on) d JOIN tenure.batch x ON x.id = d
                                 WHERE x.status <> 'committed'))
-           AND (c.mode <> 'parallel'
-                OR NOT EXISTS (SELECT FROM tenure.batch x
-                                WHERE x.keyspace = p_keyspace AND x.key = c.key AND x.seq < c.seq
-                                  AND x.status NOT IN ('committed', 'skipped') AND x.status <> 'invalid'
-                                  AND x.state_keys && c.state_keys))
+           AND c.id NOT IN (SELECT o.id FROM overlapping o)
     ), chosen AS (
         -- Round by round; within a round, keys least recently served first (so that under
         -- a flood every key gets its turn before any gets a second), then oldest waiting.
