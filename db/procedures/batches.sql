@@ -218,6 +218,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_keys text[];
 BEGIN
     PERFORM tenure._check_name('batch_select', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_select', 'p_instance', p_instance);
@@ -230,10 +231,31 @@ BEGIN
             quote_nullable(p_depth), 'Pass 1 for one round (the oldest eligible batch of every key) or k rounds.');
     END IF;
     PERFORM tenure._durable();
+    -- The keys this call considers: held keys with a batch waiting that are not plainly
+    -- blocked (halted, or serial with a batch in flight), least recently served first, then
+    -- oldest waiting; a few more than p_limit of them, so that a call costs about the same
+    -- with thousands of keys as with a few.
+    SELECT array_agg(x.key ORDER BY x.key) INTO v_keys
+      FROM (SELECT c.key
+              FROM tenure.claim_key c
+              JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
+              LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
+             CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.status = 'pending') AS pending,
+                                        count(*) FILTER (WHERE x.status = 'invalid') AS invalid
+                                   FROM tenure.batch x
+                                  WHERE x.keyspace = c.keyspace AND x.key = c.key
+                                    AND x.status IN ('pending', 'unknown', 'invalid')) u
+             CROSS JOIN LATERAL (SELECT b.enqueued_at FROM tenure.batch b
+                                  WHERE b.keyspace = c.keyspace AND b.key = c.key
+                                    AND b.status NOT IN ('committed', 'skipped') AND b.status IN ('queued', 'unknown')
+                                  ORDER BY b.seq LIMIT 1) w
+             WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
+               AND NOT (coalesce(k.implicit_deps, q.implicit_deps, true) AND u.invalid > 0)
+               AND NOT (coalesce(k.mode, q.mode, 'serial') = 'serial' AND u.pending > 0)
+             ORDER BY k.last_selected NULLS FIRST, w.enqueued_at, c.key
+             LIMIT 2 * p_limit + 16) x;
     -- Serialize with enqueues and other selections of the same keys.
-    PERFORM 1 FROM tenure.batch_key k JOIN tenure.claim_key c ON c.keyspace = k.keyspace AND c.key = k.key
-      WHERE k.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
-      ORDER BY k.key FOR UPDATE OF k;
+    PERFORM 1 FROM tenure.batch_key k WHERE k.keyspace = p_keyspace AND k.key = ANY (v_keys) ORDER BY k.key FOR UPDATE;
 
     RETURN QUERY
     WITH held AS (
@@ -252,7 +274,7 @@ BEGIN
                                 FROM tenure.batch x
                                WHERE x.keyspace = c.keyspace AND x.key = c.key
                                  AND x.status IN ('pending', 'unknown', 'invalid')) u
-         WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
+         WHERE c.keyspace = p_keyspace AND c.key = ANY (v_keys) AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
                h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid
@@ -347,7 +369,7 @@ AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_dept
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
 With p_depth = 1 (one round): the oldest eligible batch of every key; keys least recently served first, then keys whose oldest waiting batch is oldest, so that under a flood of one key every other key gets its turn in each round. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
-Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything), looking at most 64 (or p_depth) waiting batches ahead per key. Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
+Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything), looking at most 64 (or p_depth) waiting batches ahead per key. A call considers at most 2 p_limit + 16 keys: those without a batch in flight (serial) or an invalid batch (implicit dependencies), least recently served first. Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
 Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
 
 -- Resolution by the monitor, and operator repairs ----------------------------------------

@@ -43,9 +43,17 @@ class Queuer:
     """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
 
     def __init__(
-        self, pool: ConnectionPool[Any], claimer: Claimer, *, depth: int, limit: int, idle_interval: float
+        self,
+        pool: ConnectionPool[Any],
+        claimer: Claimer,
+        *,
+        depth: int,
+        limit: int,
+        idle_interval: float,
+        on_selected: Callable[[list[BatchGrant]], None] = lambda batches: None,
     ) -> None:
         self.pool = pool
+        self.on_selected = on_selected
         self.claimer = claimer
         self.depth = depth
         self.limit = limit
@@ -64,14 +72,11 @@ class Queuer:
             idle = self._idle_since is not None and time.monotonic() - self._idle_since < self.idle_interval
             if not self._buffer and not idle and self.claimer.held():
                 with self.pool.connection() as connection:
-                    self._buffer.extend(
-                        Driver(connection).batch_select(
-                            self.claimer.keyspace,
-                            self.claimer.instance_id,
-                            limit=self.limit,
-                            depth=self.depth,
-                        )
+                    selected = Driver(connection).batch_select(
+                        self.claimer.keyspace, self.claimer.instance_id, limit=self.limit, depth=self.depth
                     )
+                self.on_selected(selected)
+                self._buffer.extend(selected)
                 self._idle_since = None if self._buffer else time.monotonic()
             return self._buffer.popleft() if self._buffer else None
 
@@ -109,7 +114,12 @@ class SubmissionPool:
         )
         # Idle submitters ask the database at most once per poll interval between them.
         self.queuer = Queuer(
-            self.pool, self.claimer, depth=depth, limit=submitters, idle_interval=poll_interval
+            self.pool,
+            self.claimer,
+            depth=depth,
+            limit=submitters,
+            idle_interval=poll_interval,
+            on_selected=self._selected,
         )
         self._order: dict[str, list[int]] = defaultdict(
             list
@@ -187,15 +197,16 @@ class SubmissionPool:
                     self._order_changed.notify_all()
 
     def _take(self) -> BatchGrant | None:
-        # The queuer hands batches out in order; registering the seq in the same
-        # critical section keeps a later batch from overtaking an earlier one.
+        return self.queuer.next()
+
+    def _selected(self, batches: list[BatchGrant]) -> None:
+        # Every batch of a selection is registered before any is handed out, so a later
+        # batch of a key cannot overtake an earlier one.
         with self._order_changed:
-            batch = self.queuer.next()
-            if batch is not None:
+            for batch in batches:
                 # sorted: a batch the ledger lost comes back before later ones still waiting
                 bisect.insort(self._order[batch.key], batch.seq)
                 self._unsubmitted.add(batch.id)
-            return batch
 
     def _submit_in_order(self, batch: BatchGrant) -> None:
         with self._order_changed:
