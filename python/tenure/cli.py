@@ -24,6 +24,7 @@ from tenure.errors import TenureError
 from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.queue import SubmissionPool
 from tenure.shutdown import wait_for_shutdown
+from tenure.status import collect, render
 from tenure.tasks import TaskWorker
 
 EXAMPLES = {
@@ -36,6 +37,7 @@ EXAMPLES = {
     "task": "example: tenure task list --db postgresql://app@db/prod --status dead",
     "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
     "batch": "example: tenure batch keys --db postgresql://app@db/prod --keyspace ledger --halted",
+    "status": "example: tenure status --db postgresql://app@db/prod --watch 2",
 }
 
 BATCH_EXAMPLES = {
@@ -414,6 +416,22 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        while True:
+            status = collect(connection)
+            if args.json:
+                print(json.dumps(status.as_json(), indent=2), flush=True)
+            else:
+                if args.watch:
+                    print("\033[H\033[2J", end="")  # clear the terminal
+                print(render(status), flush=True)
+            if not args.watch:
+                return 0
+            if wait_for_shutdown(timeout=args.watch):
+                return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -590,6 +608,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.set_defaults(run=cmd_claim_run)
+
+    status = command("status", "one screen of primaries, claims, tasks and batch queues, from tenure's views")
+    status.add_argument(
+        "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted"
+    )
+    status.add_argument("--json", action="store_true", help="print the same as JSON, for scripts")
+    status.set_defaults(run=cmd_status)
 
     batch = command("batch", "configure a submission queue, enqueue, inspect and repair batches, or serve it")
     batch_commands = batch.add_subparsers(dest="batch_command", required=True, metavar="BATCH_COMMAND")

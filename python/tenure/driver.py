@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row
+from psycopg import sql
+from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from tenure.errors import from_psycopg
@@ -243,6 +244,18 @@ def _seconds(value: timedelta | float | None) -> timedelta | None:
     return timedelta(seconds=value)
 
 
+# The views an operator reads, each with the columns that order its rows.
+OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
+    "heartbeat_status": ("utype",),
+    "claim_keyspaces": ("keyspace",),
+    "claim_instances": ("keyspace", "instance_id"),
+    "claims": ("keyspace", "key"),
+    "task_status": ("kind", "state", "status"),
+    "batch_queues": ("keyspace",),
+    "batch_keys": ("keyspace", "key"),
+}
+
+
 class Driver:
     """Calls tenure's SQL functions on one psycopg connection."""
 
@@ -260,6 +273,23 @@ class Driver:
             row = cursor.fetchone()
             assert row is not None
             return row[0]
+
+    def server_time(self) -> datetime:
+        """The database's clock (the start of the current transaction, if one is open)."""
+        return self._scalar("SELECT now()", ())  # type: ignore[no-any-return]
+
+    def view_rows(self, view: str) -> list[dict[str, Any]]:
+        """Every row of one of tenure's operator views, in the order of its leading columns."""
+        if view not in OPERATOR_VIEWS:
+            raise ValueError(
+                f"not one of tenure's operator views: {view!r}; choose from {sorted(OPERATOR_VIEWS)}"
+            )
+        query = sql.SQL("SELECT * FROM tenure.{} ORDER BY {}").format(
+            sql.Identifier(view), sql.SQL(", ").join(sql.Identifier(c) for c in OPERATOR_VIEWS[view])
+        )
+        with _translated(), self.connection.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(query)
+            return cursor.fetchall()
 
     def update_heartbeat(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tenure import Driver
 from tenure.cli import BATCH_EXAMPLES, CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
 from tenure.demo import run_demo
 from tenure.demo_queue import run_queue_demo
@@ -265,3 +267,43 @@ def test_batch_commands(app_conninfo: str, tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     assert "stopped: 3 submitted" in log.read_text()
+
+
+def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any) -> None:
+    driver = Driver(admin)
+    primary = uuid.uuid4()
+    driver.update_heartbeat(primary, "billing", timeout=30, interval=10)
+    driver.claim_register("shards", ["s1", "s2", "s3"])
+    driver.claim_take("shards", uuid.uuid4(), expiry=60, limit=2)
+    driver.task_enqueue("email", {"to": "a@example.org"})
+    driver.batch_enqueue("ledger", "po-1", b"x")
+
+    def tenure(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*TENURE, "status", "--db", app_conninfo, *args], capture_output=True, text=True
+        )
+
+    text = tenure()
+    assert text.returncode == 0, text.stderr
+    assert re.search(rf"billing\s+live\s+primary {str(primary)[:8]}  term 1", text.stdout)
+    assert "shards               3 keys: 2 claimed, 1 unclaimed" in text.stdout
+    assert re.search(r"email\s+new\s+pending\s+1\s+leased\s+0\s+due\s+1", text.stdout)
+    assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
+    report = json.loads(tenure("--json").stdout)
+    assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
+    assert report["claim_keyspaces"][0]["unclaimed"] == 1
+    assert report["tasks"][0]["due"] == 1
+    assert report["batch_queues"][0]["queued"] == 1
+
+    watch = subprocess.Popen(
+        [*TENURE, "status", "--db", app_conninfo, "--watch", "0.2"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(3)
+        watch.send_signal(signal.SIGINT)
+        output, _ = watch.communicate(timeout=15)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0
+    assert output.count("tenure status at") >= 2, "it refreshes"

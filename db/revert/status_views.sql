@@ -1,0 +1,6 @@
+BEGIN;
+
+DROP VIEW tenure.batch_queues;
+DROP VIEW tenure.claim_keyspaces;
+
+COMMIT;

@@ -1,0 +1,131 @@
+"""``tenure status``: one screen of what tenure is doing, read from its public views.
+
+Every section is one view, so the same picture is a ``SELECT * FROM tenure.<view>``
+away in psql: heartbeat_status, claim_keyspaces, claim_instances, task_status,
+batch_queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from tenure.driver import Driver
+
+# Each section of the screen and the view it shows, in that order.
+SECTIONS = {
+    "primaries": "heartbeat_status",
+    "claim_keyspaces": "claim_keyspaces",
+    "claim_instances": "claim_instances",
+    "tasks": "task_status",
+    "batch_queues": "batch_queues",
+}
+
+
+@dataclass(frozen=True)
+class Status:
+    taken_at: datetime
+    sections: dict[str, list[dict[str, Any]]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at.isoformat(),
+            **{
+                name: [{k: _plain(v) for k, v in row.items()} for row in rows]
+                for name, rows in self.sections.items()
+            },
+        }
+
+
+def collect(connection: psycopg.Connection[Any]) -> Status:
+    """Read every section from one snapshot, so that they agree with each other."""
+    driver = Driver(connection)
+    with connection.transaction():
+        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return Status(driver.server_time(), {name: driver.view_rows(view) for name, view in SECTIONS.items()})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return round(value.total_seconds(), 3)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    return value
+
+
+def _age(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _short(value: UUID | None) -> str:
+    return str(value)[:8] if value is not None else "-"
+
+
+def render(status: Status) -> str:
+    s = status.sections
+    lines = [f"tenure status at {status.taken_at:%Y-%m-%d %H:%M:%S} (server clock, UTC)", ""]
+
+    lines.append("primaries (heartbeat election)")
+    for r in s["primaries"]:
+        state = "live" if r["live"] else "NONE (expired)"
+        lines.append(
+            f"  {r['utype']:<20} {state:<15} primary {_short(r['instance_id'])}  term {r['term']}  "
+            f"heartbeat {_age(r['heartbeat_age'])} ago  "
+            f"(I {_age(r['heartbeat_interval'])}, T {_age(r['timeout'])})"
+        )
+    if not s["primaries"]:
+        lines.append("  (no service type has stood for election)")
+
+    lines += ["", "claims"]
+    instances: dict[str, list[dict[str, Any]]] = {}
+    for r in s["claim_instances"]:
+        instances.setdefault(r["keyspace"], []).append(r)
+    for r in s["claim_keyspaces"]:
+        lines.append(
+            f"  {r['keyspace']:<20} {r['keys']} keys: {r['claimed']} claimed, {r['unclaimed']} unclaimed"
+            f"{' (longest ' + _age(r['longest_unclaimed']) + ')' if r['unclaimed'] else ''}; "
+            f"{r['live_instances']} live instances"
+        )
+        for i in instances.get(r["keyspace"], []):
+            if i["live"]:
+                lines.append(
+                    f"    instance {_short(i['instance_id'])}  holds {i['keys_held']} of a fair share of "
+                    f"{i['fair_share']}"
+                )
+    if not s["claim_keyspaces"]:
+        lines.append("  (no keys registered)")
+
+    lines += ["", "tasks (kind, state, status: count, leased, due, oldest due)"]
+    for r in s["tasks"]:
+        lines.append(
+            f"  {r['kind']:<16} {r['state']:<14} {r['status']:<8} {r['tasks']:>7}  leased {r['leased']:>5}  "
+            f"due {r['due']:>6}  oldest due {_age(r['oldest_due_age'])}"
+            f"{'  DEAD' if r['status'] == 'dead' else ''}"
+        )
+    if not s["tasks"]:
+        lines.append("  (no tasks)")
+
+    lines += ["", "batch queues"]
+    for r in s["batch_queues"]:
+        halted = f"  HALTED: {', '.join(r['halted_keys'])}" if r["halted_keys"] else ""
+        lines.append(
+            f"  {r['keyspace']:<20} {r['keys']} keys  queued {r['queued']}  pending {r['pending']}  "
+            f"unknown {r['unknown']}  invalid {r['invalid']}  committed {r['committed']}  "
+            f"oldest waiting {_age(r['oldest_waiting_age'])}{halted}"
+        )
+    if not s["batch_queues"]:
+        lines.append("  (no batches)")
+    return "\n".join(lines)
