@@ -21,6 +21,9 @@ step "pgTAP"
 psql -X -q -d tenure_ci -c 'CREATE EXTENSION IF NOT EXISTS pgtap'
 pg_prove --failures -d tenure_ci db/tests/*.sql
 
+step "docs/sql-reference.md matches the COMMENT ON texts"
+.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
+
 step "ruff"
 .venv/bin/ruff check python
 .venv/bin/ruff format --check python
