@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 
 from tenure.claimer import Claimer
+from tenure.deploy import SqitchMissing, project_dir, run_sqitch
 from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
 from tenure.errors import TenureError
@@ -33,6 +34,9 @@ EXAMPLES = {
     "bench": "example: tenure bench --db postgresql://postgres@127.0.0.1:5432/tenure_bench --kills 20",
     "task": "example: tenure task list --db postgresql://app@db/prod --status dead",
     "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
+    "deploy": "example: tenure deploy --db postgresql://postgres@db.example.org/prod",
+    "revert": "example: tenure revert --db postgresql://postgres@db.example.org/prod --to @v0.1.0 --yes",
+    "verify": "example: tenure verify --db postgresql://postgres@db.example.org/prod",
 }
 
 CLAIM_EXAMPLES = {
@@ -303,6 +307,16 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sqitch(args: argparse.Namespace) -> int:
+    options = ["--to", args.to] if getattr(args, "to", None) else []
+    if args.command == "deploy":
+        options.append("--verify")
+    if args.command == "revert" and args.yes:
+        options.append("-y")
+    print(f"tenure: sqitch {args.command} of the project in {project_dir()}", file=sys.stderr, flush=True)
+    return run_sqitch(args.db, args.command, *options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -464,6 +478,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.set_defaults(run=cmd_claim_run)
+
+    deploy = command(
+        "deploy",
+        "deploy (or upgrade) tenure's schema into a database with sqitch, from the project this package "
+        "carries; needs sqitch and a role that may create roles and schemas",
+    )
+    deploy.add_argument("--to", metavar="CHANGE", help="deploy up to this change or @tag (default: all)")
+    deploy.set_defaults(run=cmd_sqitch)
+    revert = command("revert", "revert tenure's schema with sqitch: to a change or @tag, or all of it")
+    revert.add_argument("--to", metavar="CHANGE", help="revert down to this change or @tag (default: all)")
+    revert.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    revert.set_defaults(run=cmd_sqitch)
+    verify = command("verify", "check with sqitch's verify scripts that tenure's schema is deployed intact")
+    verify.set_defaults(run=cmd_sqitch)
     return parser
 
 
@@ -480,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except psycopg.OperationalError as error:
         print(f"tenure: cannot reach the database: {error}", file=sys.stderr)
+        return 2
+    except SqitchMissing as error:
+        print(f"tenure: {error}", file=sys.stderr)
         return 2
 
 

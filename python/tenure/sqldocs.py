@@ -81,10 +81,11 @@ class MissingComment(Exception):
 
 def read_catalog(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[list[Function], list[Relation]]:
     functions = [Function(*map(str, row)) for row in conn.execute(_FUNCTIONS).fetchall()]
-    relations = [
-        Relation(str(name), str(kind), str(comment), [(str(c[0]), str(c[1]), str(c[2])) for c in columns])
-        for name, kind, comment, columns in conn.execute(_RELATIONS).fetchall()  # type: ignore[misc]
-    ]
+    relations = []
+    for name, kind, comment, columns in conn.execute(_RELATIONS).fetchall():
+        assert isinstance(columns, list)
+        cells = [(str(c[0]), str(c[1]), str(c[2])) for c in columns]
+        relations.append(Relation(str(name), str(kind), str(comment), cells))
     missing = [f"function tenure.{f.name}({f.arguments})" for f in functions if not f.comment.strip()]
     missing += [f"{r.kind} tenure.{r.name}" for r in relations if not r.comment.strip()]
     if missing:
@@ -114,7 +115,9 @@ def _cell(text: str) -> str:
 
 def render(functions: list[Function], relations: list[Relation]) -> str:
     known = list(_AREA_TITLES)
-    areas = sorted({f.area for f in functions}, key=lambda a: (known.index(a) if a in known else len(known), a))
+    areas = sorted(
+        {f.area for f in functions}, key=lambda a: (known.index(a) if a in known else len(known), a)
+    )
     out = [
         "# SQL API reference",
         "",
@@ -139,9 +142,7 @@ def render(functions: list[Function], relations: list[Relation]) -> str:
                 out.append(f"  - [tenure.{f.name}](#{_anchor('tenure.' + f.name)})")
     for heading, kind in (("Types", "type"), ("Views", "view")):
         out.append(f"- [{heading}](#{heading.lower()})")
-        out += [
-            f"  - [tenure.{r.name}](#{_anchor('tenure.' + r.name)})" for r in relations if r.kind == kind
-        ]
+        out += [f"  - [tenure.{r.name}](#{_anchor('tenure.' + r.name)})" for r in relations if r.kind == kind]
     out.append("")
     for area in areas:
         out += [f"## {_AREA_TITLES.get(area, area.capitalize())}", ""]
