@@ -21,8 +21,9 @@ step "pgTAP"
 psql -X -q -d tenure_ci -c 'CREATE EXTENSION IF NOT EXISTS pgtap'
 pg_prove --failures -d tenure_ci db/tests/*.sql
 
-step "docs/sql-reference.md matches the COMMENT ON texts"
+step "docs/sql-reference.md, and the texts docs/sql.md quotes, match the COMMENT ON texts"
 .venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
+.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check-quotes docs/sql.md
 
 step "the life cycle without Python: psql and Node.js, as a tenure_worker login role"
 psql -X -q -d tenure_ci -c "DO \$\$ BEGIN CREATE ROLE tenure_example LOGIN IN ROLE tenure_worker;

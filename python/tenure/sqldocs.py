@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,7 +165,7 @@ def render(functions: list[Function], relations: list[Relation]) -> str:
         for r in (r for r in relations if r.kind == kind):
             out += [f"### tenure.{r.name}", "", *_quote(r.comment)]
             if any(comment for _, _, comment in r.columns):
-                out += ["| column | type | comment |", "| --- | --- | --- |"]
+                out += ["| column | type | meaning |", "| --- | --- | --- |"]
                 out += [f"| `{name}` | `{type_}` | {_cell(comment)} |" for name, type_, comment in r.columns]
             else:
                 out += ["| column | type |", "| --- | --- |"]
@@ -178,6 +179,25 @@ def generate(conninfo: str) -> str:
         return render(*read_catalog(conn))
 
 
+_SECTION = re.compile(r"^#{2,3} (?:Type |View )?tenure\.(\w+)\n(.*?)(?=^#{2,3} |\Z)", re.M | re.S)
+_QUOTE = re.compile(r"(?:^> ?.*\n?)+", re.M)
+
+
+def stale_quotes(markdown: str, functions: list[Function], relations: list[Relation]) -> list[str]:
+    """Hand-written pages quote COMMENT ON texts as a block quote under a heading ``tenure.name``:
+    the names whose first quote differs from the catalog's comment (whitespace aside)."""
+    comments = {f.name: f.comment for f in functions} | {r.name: r.comment for r in relations}
+    stale = []
+    for name, body in _SECTION.findall(markdown):
+        quote = _QUOTE.search(body)
+        if quote is None or name not in comments:
+            continue
+        quoted = re.sub(r"^> ?", "", quote.group(0), flags=re.M)
+        if quoted.split() != comments[name].split():
+            stale.append(name)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tenure.sqldocs",
@@ -188,12 +208,29 @@ def main(argv: list[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--output", type=Path, help="write the reference to this file")
     action.add_argument("--check", type=Path, help="fail when this file differs from the generated page")
+    action.add_argument(
+        "--check-quotes",
+        type=Path,
+        metavar="FILE",
+        help="fail when a COMMENT ON text quoted in this hand-written page differs from the catalog",
+    )
     args = parser.parse_args(argv)
     try:
-        text = generate(args.db)
+        with psycopg.connect(args.db) as conn:
+            catalog = read_catalog(conn)
     except MissingComment as error:
         print(f"sqldocs: {error}", file=sys.stderr)
         return 1
+    if args.check_quotes:
+        stale = stale_quotes(args.check_quotes.read_text(), *catalog)
+        if stale:
+            print(
+                f"{args.check_quotes} quotes COMMENT ON texts that changed: {', '.join(stale)}; "
+                "copy the current texts from docs/sql-reference.md",
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
+    text = render(*catalog)
     if args.output:
         args.output.write_text(text)
         return 0

@@ -51,3 +51,14 @@ def test_a_public_function_without_comment_is_refused(
         generate(admin_conninfo)
     assert main(["--db", admin_conninfo, "--check", str(ROOT / "docs" / "sql-reference.md")]) == 1
     assert "no COMMENT ON text for: function tenure.get_primary" in capsys.readouterr().err
+
+
+def test_quotes_of_comments_in_a_hand_written_page_are_checked(
+    admin_conninfo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "sql.md"
+    page.write_text((ROOT / "docs" / "sql.md").read_text())
+    assert main(["--db", admin_conninfo, "--check-quotes", str(page)]) == 0
+    page.write_text(page.read_text().replace("> Send a heartbeat for", "> Send one heartbeat for"))
+    assert main(["--db", admin_conninfo, "--check-quotes", str(page)]) == 1
+    assert "quotes COMMENT ON texts that changed: update_heartbeat;" in capsys.readouterr().err
