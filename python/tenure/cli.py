@@ -308,6 +308,14 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sqitch(args: argparse.Namespace) -> int:
+    if args.command == "revert" and not args.yes and not sys.stdin.isatty():
+        # Without a terminal sqitch takes its default answer, which is yes: never revert unasked.
+        print(
+            "tenure: revert drops tenure's tables and their state; stdin is not a terminal, so nobody can "
+            "be asked: pass --yes to confirm. Nothing was changed.",
+            file=sys.stderr,
+        )
+        return 2
     options = ["--to", args.to] if getattr(args, "to", None) else []
     if args.command == "deploy":
         options.append("--verify")

@@ -103,3 +103,9 @@ def test_conninfo_reaches_sqitch_as_libpq_environment() -> None:
         "PGDATABASE": "prod",
         "PGSSLMODE": "require",
     }
+
+
+def test_revert_without_a_terminal_needs_yes(capsys: pytest.CaptureFixture[str]) -> None:
+    # pytest's stdin is not a terminal; sqitch would take "yes" as the answer there.
+    assert main(["revert", "--db", "dbname=nowhere"]) == 2
+    assert "pass --yes to confirm. Nothing was changed." in capsys.readouterr().err
