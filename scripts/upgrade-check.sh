@@ -18,7 +18,8 @@ if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" != false ]; then
          "but this is a shallow clone or no git repository: run git fetch --unshallow" >&2
     exit 1
 fi
-commit=$(git log --format=%H -G "^@$tag " -- sqitch.plan | tail -1)
+# The last commit that added (or changed) the tag's line: the release as it was cut.
+commit=$(git log --format=%H -G "^@$tag " -- sqitch.plan | head -1)
 [ -n "$commit" ] || { echo "upgrade-check: no commit adds @$tag to sqitch.plan (commit it first)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/tenure-upgrade.XXXXXX)
