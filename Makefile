@@ -1,6 +1,7 @@
 # make demo   the main job: three instances elect a primary, the primary is killed,
 #             a timeline shows the takeover (throwaway local PostgreSQL 15)
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
+# make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines
 # Each installs what it needs first (Debian packages as root, Python packages in .venv).
 
@@ -8,7 +9,7 @@ SHELL := /bin/bash
 export PG_BIN ?= /usr/lib/postgresql/15/bin
 export PATH := $(PG_BIN):$(PATH)
 
-.PHONY: all deps test demo bench clean
+.PHONY: all deps test demo bench clean docs
 all: test
 
 deps:
@@ -22,6 +23,10 @@ demo: deps
 
 bench: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
+
+# docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
+docs: deps
+	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
 
 clean:
 	rm -rf .venv python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache

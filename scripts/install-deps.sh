@@ -14,6 +14,9 @@ done
 if python3 -c 'import venv, ensurepip' 2>/dev/null; then
     missing=("${missing[@]/python3-venv}")
 fi
+# Node.js and npm run examples/node; they may come from elsewhere (NodeSource bundles npm with nodejs).
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
@@ -33,5 +36,13 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
     .venv/bin/pip install -q --disable-pip-version-check -e 'python[test]'
+    echo "$want" >"$stamp"
+fi
+
+stamp=examples/node/node_modules/.installed
+want=$(sha256sum examples/node/package-lock.json | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "preparing examples/node/node_modules"
+    (cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     echo "$want" >"$stamp"
 fi

@@ -21,6 +21,19 @@ step "pgTAP"
 psql -X -q -d tenure_ci -c 'CREATE EXTENSION IF NOT EXISTS pgtap'
 pg_prove --failures -d tenure_ci db/tests/*.sql
 
+step "docs/sql-reference.md, and the texts docs/sql.md quotes, match the COMMENT ON texts"
+.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
+.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check-quotes docs/sql.md
+
+step "the life cycle without Python: psql and Node.js, as a tenure_worker login role"
+psql -X -q -d tenure_ci -c "DO \$\$ BEGIN CREATE ROLE tenure_example LOGIN IN ROLE tenure_worker;
+    EXCEPTION WHEN duplicate_object THEN NULL; END \$\$"
+psql -X -v ON_ERROR_STOP=1 -U tenure_example -d tenure_ci -f examples/psql/lifecycle.sql
+(cd examples/node && PGUSER=tenure_example PGDATABASE=tenure_ci node lifecycle.js)
+
+step "upgrade from the last release tag, and revert to it"
+scripts/upgrade-check.sh
+
 step "ruff"
 .venv/bin/ruff check python
 .venv/bin/ruff format --check python

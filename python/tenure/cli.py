@@ -18,6 +18,7 @@ import psycopg
 
 from tenure.bench import SECTIONS
 from tenure.claimer import Claimer
+from tenure.deploy import SqitchMissing, project_dir, run_sqitch
 from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
 from tenure.errors import TenureError
@@ -38,6 +39,9 @@ EXAMPLES = {
     "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
     "batch": "example: tenure batch keys --db postgresql://app@db/prod --keyspace ledger --halted",
     "status": "example: tenure status --db postgresql://app@db/prod --watch 2",
+    "deploy": "example: tenure deploy --db postgresql://postgres@db.example.org/prod",
+    "revert": "example: tenure revert --db postgresql://postgres@db.example.org/prod --to @v0.1.0 --yes",
+    "verify": "example: tenure verify --db postgresql://postgres@db.example.org/prod",
 }
 
 BATCH_EXAMPLES = {
@@ -432,6 +436,24 @@ def cmd_status(args: argparse.Namespace) -> int:
                 return 0
 
 
+def cmd_sqitch(args: argparse.Namespace) -> int:
+    if args.command == "revert" and not args.yes and not sys.stdin.isatty():
+        # Without a terminal sqitch takes its default answer, which is yes: never revert unasked.
+        print(
+            "tenure: revert drops tenure's tables and their state; stdin is not a terminal, so nobody can "
+            "be asked: pass --yes to confirm. Nothing was changed.",
+            file=sys.stderr,
+        )
+        return 2
+    options = ["--to", args.to] if getattr(args, "to", None) else []
+    if args.command == "deploy":
+        options.append("--verify")
+    if args.command == "revert" and args.yes:
+        options.append("-y")
+    print(f"tenure: sqitch {args.command} of the project in {project_dir()}", file=sys.stderr, flush=True)
+    return run_sqitch(args.db, args.command, *options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -670,6 +692,19 @@ def build_parser() -> argparse.ArgumentParser:
     batch_run.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
     batch_run.add_argument("--name", help="instance name shown in pg_stat_activity")
     batch_run.set_defaults(run=cmd_batch_run)
+    deploy = command(
+        "deploy",
+        "deploy (or upgrade) tenure's schema into a database with sqitch, from the project this package "
+        "carries; needs sqitch and a role that may create roles and schemas",
+    )
+    deploy.add_argument("--to", metavar="CHANGE", help="deploy up to this change or @tag (default: all)")
+    deploy.set_defaults(run=cmd_sqitch)
+    revert = command("revert", "revert tenure's schema with sqitch: to a change or @tag, or all of it")
+    revert.add_argument("--to", metavar="CHANGE", help="revert down to this change or @tag (default: all)")
+    revert.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    revert.set_defaults(run=cmd_sqitch)
+    verify = command("verify", "check with sqitch's verify scripts that tenure's schema is deployed intact")
+    verify.set_defaults(run=cmd_sqitch)
     return parser
 
 
@@ -686,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except psycopg.OperationalError as error:
         print(f"tenure: cannot reach the database: {error}", file=sys.stderr)
+        return 2
+    except SqitchMissing as error:
+        print(f"tenure: {error}", file=sys.stderr)
         return 2
 
 
