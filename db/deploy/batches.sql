@@ -115,6 +115,22 @@ SELECT b.keyspace, b.key, b.seq, b.id, b.status, length(b.payload) AS payload_by
 COMMENT ON VIEW tenure.batches IS
     'One row per batch (without its payload): key, per-key sequence, status, attempts, times, the instance and claim epoch of the last selection, and what the external system said.';
 
+COMMENT ON COLUMN tenure.batches.keyspace IS 'the queue';
+COMMENT ON COLUMN tenure.batches.key IS 'the key';
+COMMENT ON COLUMN tenure.batches.seq IS 'its number in its key''s sequence: the order the external system gets the key''s batches in';
+COMMENT ON COLUMN tenure.batches.id IS 'the batch id';
+COMMENT ON COLUMN tenure.batches.status IS '`queued`, `pending`, `committed`, `invalid`, `unknown` or `skipped`';
+COMMENT ON COLUMN tenure.batches.payload_bytes IS 'the size of its payload in bytes';
+COMMENT ON COLUMN tenure.batches.state_keys IS 'the state keys it reads or writes (parallel mode)';
+COMMENT ON COLUMN tenure.batches.depends_on IS 'the batches that must be committed before it';
+COMMENT ON COLUMN tenure.batches.attempts IS 'how many times it was selected for submission';
+COMMENT ON COLUMN tenure.batches.enqueued_at IS 'when it was enqueued';
+COMMENT ON COLUMN tenure.batches.submitted_at IS 'when it was last selected; NULL before';
+COMMENT ON COLUMN tenure.batches.resolved_at IS 'when it was committed, invalid or skipped; NULL before and while unknown';
+COMMENT ON COLUMN tenure.batches.submitter IS 'the instance that last selected it';
+COMMENT ON COLUMN tenure.batches.claim_epoch IS 'the claim epoch it was last selected under';
+COMMENT ON COLUMN tenure.batches.detail IS 'what the external system (or a dependency) said of it';
+
 GRANT SELECT ON tenure.batch_keys, tenure.batches TO tenure_worker;
 
 COMMIT;

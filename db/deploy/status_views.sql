@@ -32,6 +32,22 @@ SELECT k.keyspace,
 COMMENT ON VIEW tenure.batch_queues IS
     'One row per batch queue: its keys, batches per status, the keys an invalid batch halts, and the age of the oldest waiting batch.';
 
+COMMENT ON COLUMN tenure.claim_keyspaces.keyspace IS 'the keyspace';
+COMMENT ON COLUMN tenure.claim_keyspaces.keys IS 'its registered keys';
+COMMENT ON COLUMN tenure.claim_keyspaces.claimed IS 'keys with a live claim';
+COMMENT ON COLUMN tenure.claim_keyspaces.unclaimed IS 'keys without a live claim';
+COMMENT ON COLUMN tenure.claim_keyspaces.longest_unclaimed IS 'the longest time one of its keys has gone without a live claim; NULL when every key is claimed';
+COMMENT ON COLUMN tenure.claim_keyspaces.live_instances IS 'instances whose membership has not expired';
+COMMENT ON COLUMN tenure.batch_queues.keyspace IS 'the queue';
+COMMENT ON COLUMN tenure.batch_queues.keys IS 'its keys with batches';
+COMMENT ON COLUMN tenure.batch_queues.queued IS 'batches with status `queued`';
+COMMENT ON COLUMN tenure.batch_queues.pending IS 'batches with status `pending`';
+COMMENT ON COLUMN tenure.batch_queues.unknown IS 'batches with status `unknown`';
+COMMENT ON COLUMN tenure.batch_queues.invalid IS 'batches with status `invalid`';
+COMMENT ON COLUMN tenure.batch_queues.committed IS 'batches with status `committed`';
+COMMENT ON COLUMN tenure.batch_queues.halted_keys IS 'the keys an invalid batch halts, by name';
+COMMENT ON COLUMN tenure.batch_queues.oldest_waiting_age IS 'the age of its oldest `queued` or `unknown` batch; NULL when none waits';
+
 GRANT SELECT ON tenure.claim_keyspaces, tenure.batch_queues TO tenure_worker;
 
 COMMIT;
