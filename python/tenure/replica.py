@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -388,6 +389,14 @@ def active_only(manager: ReplicaManager) -> Callable[[Route], Route]:
     return decorate
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Load balancers close their health-check connections with a reset: not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class ReplicaServer:
     """Serves ``/health/active``, ``/health/live`` and the given routes, on a background thread.
 
@@ -419,7 +428,7 @@ class ReplicaServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _QuietServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

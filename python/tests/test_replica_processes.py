@@ -1,0 +1,123 @@
+"""Replicas with real processes behind a real HAProxy (Debian's), checked from the records.
+
+Three demo replicas share the database; HAProxy sends a client's continuous writes to
+the one whose ``/health/active`` answers 200. The active replica is killed with SIGKILL,
+its lock session is ended with pg_terminate_backend, and it is frozen with SIGSTOP (then
+resumed): each time the load balancer routes to a new active replica. Failed requests
+and the time until requests succeed again are counted (and printed, not asserted: speed
+belongs to ``make bench``). Afterwards the records must show that every accepted write
+was made by the lock holder of its epoch inside its term, so no two replicas ever
+accepted writes at the same time. REPLICA_ROUNDS (default 1) repeats the three faults.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenure.demo_replicas import (
+    Client,
+    HAProxy,
+    ReplicaProcess,
+    ReplicaSettings,
+    check_replica_records,
+    read_replica_records,
+    setup_replicas,
+    wait_for_active,
+)
+from tenure.driver import Driver
+
+SETTINGS = ReplicaSettings(interval=0.2, idle_timeout=0.6, grace=0.6, check_interval=0.1)
+ROUNDS = int(os.environ.get("REPLICA_ROUNDS", "1"))
+
+
+@pytest.fixture
+def replicas(admin_conninfo: str, tmp_path: Path) -> Iterator[list[ReplicaProcess]]:
+    conninfo = setup_replicas(admin_conninfo)
+    spawned = [
+        ReplicaProcess(conninfo, f"r{n}", tmp_path / f"r{n}.log", settings=SETTINGS) for n in (1, 2, 3)
+    ]
+    try:
+        yield spawned
+    finally:
+        for replica in spawned:
+            replica.stop()
+
+
+def believes_active(replica: ReplicaProcess) -> bool:
+    state = False
+    for event in replica.events():
+        if event["event"] in ("active", "passive"):
+            state = event["event"] == "active"
+    return state
+
+
+def test_failover_behind_haproxy(
+    replicas: list[ReplicaProcess], admin: Any, admin_conninfo: str, tmp_path: Path
+) -> None:
+    driver = Driver(admin)
+    figures: list[str] = []
+    with HAProxy(
+        [(r.name, r.port) for r in replicas], tmp_path, check_interval=SETTINGS.check_interval
+    ) as lb:
+        active = wait_for_active(replicas, admin)
+        client = Client(lb.url).start()
+        try:
+            client.wait_success_after(time.monotonic())
+            for round in range(ROUNDS):
+                for fault in ("SIGKILL", "pg_terminate_backend", "SIGSTOP"):
+                    time.sleep(0.5)
+                    assert active.process.poll() is None
+                    at = time.monotonic()
+                    if fault == "SIGKILL":
+                        active.signal(signal.SIGKILL)
+                    elif fault == "pg_terminate_backend":
+                        holder = driver.replica_holder()
+                        assert holder is not None and holder.replica == active.replica
+                        admin.execute("SELECT pg_terminate_backend(%s)", (holder.pid,))
+                    else:
+                        active.signal(signal.SIGSTOP)
+                    success = client.wait_success_after(at, other_than=active.replica)
+                    failed = client.failed_between(at, success.done)
+                    figures.append(
+                        f"round {round + 1} {fault}: {failed} failed requests, "
+                        f"{success.done - at:.3f} s until {success.replica} answered"
+                    )
+                    successor = next(r for r in replicas if r.replica == success.replica)
+                    if fault == "SIGSTOP":
+                        time.sleep(SETTINGS.idle_timeout)
+                        resumed = time.monotonic()
+                        active.signal(signal.SIGCONT)
+                        time.sleep(4 * SETTINGS.interval)
+                        after = [e for e in active.events() if e["mono"] >= resumed]
+                        assert not believes_active(active), f"the frozen one woke up active: {after}"
+                        assert active.health() == 503
+                    if fault == "SIGKILL":
+                        # Keep three replicas for the next faults: a new one on the same port.
+                        replicas[replicas.index(active)] = ReplicaProcess(
+                            setup_replicas(admin_conninfo),
+                            active.name,
+                            tmp_path / f"{active.name}-{round}.log",
+                            settings=SETTINGS,
+                            port=active.port,
+                        )
+                    active = successor
+                    assert sum(believes_active(r) for r in replicas if r.process.poll() is None) == 1
+            time.sleep(0.5)
+        finally:
+            client.stop()
+    print("\n" + "\n".join(figures))
+
+    for replica in replicas:
+        replica.stop()
+    terms, writes = read_replica_records(admin)
+    assert check_replica_records(terms, writes, client.answers) == []
+    accepted = [a for a in client.answers if a.status == 200]
+    assert len({a.replica for a in accepted}) >= 3, "writes were accepted by each successive active replica"
+    assert len(terms) >= 1 + 3 * ROUNDS
