@@ -21,6 +21,7 @@ from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
 from tenure.errors import TenureError
 from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
+from tenure.replica import ReplicaManager, ReplicaServer
 from tenure.shutdown import wait_for_shutdown
 from tenure.tasks import TaskWorker
 
@@ -33,6 +34,12 @@ EXAMPLES = {
     "bench": "example: tenure bench --db postgresql://postgres@127.0.0.1:5432/tenure_bench --kills 20",
     "task": "example: tenure task list --db postgresql://app@db/prod --status dead",
     "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
+    "replica": "example: tenure replica status --db postgresql://app@db/prod",
+}
+
+REPLICA_EXAMPLES = {
+    "run": "example: tenure replica run --db postgresql://app@db/prod --http 127.0.0.1:8081 --interval 0.5",
+    "status": "example: tenure replica status --db postgresql://app@db/prod --counter 0",
 }
 
 CLAIM_EXAMPLES = {
@@ -130,7 +137,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.db, instances=args.instances, interval=args.interval, timeout=args.timeout, workdir=workdir
     )
     tasks_ok = run_task_demo(args.db, workdir=workdir)
-    return 0 if ok and tasks_ok else 1
+    from tenure.demo_replicas import run_replica_demo
+
+    replicas_ok = run_replica_demo(args.db, workdir=workdir)
+    return 0 if ok and tasks_ok and replicas_ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -148,6 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         wake_tasks=args.wake_tasks,
         claim_keys=args.claim_keys,
         claim_instances=args.claim_instances,
+        replica_trials=args.replica_trials,
     )
 
 
@@ -303,6 +314,69 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replica_run(args: argparse.Namespace) -> int:
+    manager = ReplicaManager(
+        args.db,
+        name=args.name,
+        counter=args.counter,
+        scope=args.scope,
+        interval=args.interval,
+        idle_timeout=args.idle_timeout,
+        grace=args.grace,
+        on_active=lambda epoch: _say(f"active in epoch {epoch}"),
+        on_passive=lambda reason: _say(f"passive: {reason}"),
+    )
+    timing = manager.timing
+    _say(
+        f"replica {manager.name}: interval {timing.interval:g} s, "
+        f"idle_session_timeout {timing.idle_timeout:g} s, grace {timing.grace:g} s"
+    )
+    with manager:
+        server = None
+        if args.http:
+            host, _, port = args.http.rpartition(":")
+            server = ReplicaServer(manager, host=host or "127.0.0.1", port=int(port)).start()
+            _say(f"serving {server.url}/health/active and /health/live")
+        stopping = wait_for_shutdown(timeout=2 * manager.timing.interval)
+        if not stopping and manager.lock_id is not None:
+            answer = manager.last_answer
+            who = (
+                "" if answer is None or answer.acquired else f"; active: {answer.replica} (pid {answer.pid})"
+            )
+            _say(f"lock id {manager.lock_id}{who}")
+        if not stopping:
+            wait_for_shutdown()
+        _say("shutting down: releasing the lock")
+        if server is not None:
+            server.stop()
+    _say("released")
+    return 0
+
+
+def cmd_replica_status(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        rows = (
+            driver.replicas()
+            if args.all
+            else [r for r in [driver.replica_holder(counter=args.counter, scope=args.scope)] if r]
+        )
+    if not rows:
+        print("no replica lock registered")
+        return 3
+    for r in rows:
+        if r.pid is None:
+            reserved = f", reserved for {r.reserved_until.isoformat()}" if r.reserved_until else ""
+            print(f"{r.scope}/{r.counter} lock {r.lock_id}: no active replica{reserved}")
+        else:
+            since = r.since.isoformat() if r.since else "?"
+            print(
+                f"{r.scope}/{r.counter} lock {r.lock_id}: active replica {r.replica} in epoch {r.epoch}, "
+                f"pid {r.pid} ({r.application_name}), since {since}"
+            )
+    return 0 if all(r.pid is not None for r in rows) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -315,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
-        if name not in ("check-primary", "task", "claim"):
+        if name not in ("check-primary", "task", "claim", "replica"):
             sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
         return sub
 
@@ -392,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=8,
         help="instances sharing the keys, one pgbench client each (8)",
     )
+    bench.add_argument(
+        "--replica-trials",
+        type=int,
+        default=20,
+        help="SIGKILLs of the active replica behind HAProxy, per setting, for the failover times (20)",
+    )
     bench.set_defaults(run=cmd_bench)
 
     task = command("task", "enqueue, list, inspect, eject, requeue and purge tasks, or run a task worker")
@@ -464,6 +544,39 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.set_defaults(run=cmd_claim_run)
+
+    replica = command("replica", "run an active/passive replica lock holder, or show who is active")
+    replica_commands = replica.add_subparsers(
+        dest="replica_command", required=True, metavar="REPLICA_COMMAND"
+    )
+
+    def replica_command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = replica_commands.add_parser(name, help=help, description=help, epilog=REPLICA_EXAMPLES[name])
+        sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+        sub.add_argument("--counter", type=int, default=0, help="lock counter (0)")
+        sub.add_argument("--scope", help="lock scope (the database's name)")
+        return sub
+
+    replica_run = replica_command(
+        "run", "hold the replica lock while active, print role changes, serve /health/active"
+    )
+    replica_run.add_argument("--name", help="replica name shown in pg_stat_activity (host name)")
+    replica_run.add_argument("--http", metavar="HOST:PORT", help="serve GET /health/active and /health/live")
+    replica_run.add_argument("--interval", type=float, default=0.5, help="ping / acquisition interval (0.5)")
+    replica_run.add_argument(
+        "--idle-timeout", type=float, help="idle_session_timeout of the lock session (3 intervals)"
+    )
+    replica_run.add_argument(
+        "--grace",
+        type=float,
+        help="seconds to reclaim the lock after a lost connection (4 intervals; 0: none)",
+    )
+    replica_run.set_defaults(run=cmd_replica_run)
+    status = replica_command(
+        "status", "print the active replica: pid, application, epoch, since (exit 1: none)"
+    )
+    status.add_argument("--all", action="store_true", help="every registered replica lock")
+    status.set_defaults(run=cmd_replica_status)
     return parser
 
 

@@ -12,15 +12,21 @@ accepted writes at the same time. REPLICA_ROUNDS (default 1) repeats the three f
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tenure.cli import REPLICA_EXAMPLES
 from tenure.demo_replicas import (
     Client,
     HAProxy,
@@ -28,6 +34,7 @@ from tenure.demo_replicas import (
     ReplicaSettings,
     check_replica_records,
     read_replica_records,
+    run_replica_demo,
     setup_replicas,
     wait_for_active,
 )
@@ -35,6 +42,7 @@ from tenure.driver import Driver
 
 SETTINGS = ReplicaSettings(interval=0.2, idle_timeout=0.6, grace=0.6, check_interval=0.1)
 ROUNDS = int(os.environ.get("REPLICA_ROUNDS", "1"))
+TENURE = [sys.executable, "-m", "tenure"]
 
 
 @pytest.fixture
@@ -121,3 +129,68 @@ def test_failover_behind_haproxy(
     accepted = [a for a in client.answers if a.status == 200]
     assert len({a.replica for a in accepted}) >= 3, "writes were accepted by each successive active replica"
     assert len(terms) >= 1 + 3 * ROUNDS
+
+
+@pytest.mark.parametrize("command", [f"replica {name}" for name in REPLICA_EXAMPLES])
+def test_replica_commands_have_help_with_an_example(command: str) -> None:
+    result = subprocess.run([*TENURE, *command.split(), "--help"], capture_output=True, text=True, check=True)
+    assert "usage: tenure" in result.stdout and "example: tenure replica" in result.stdout
+
+
+def test_replica_run_and_status(app_conninfo: str, tmp_path: Path) -> None:
+    def status() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*TENURE, "replica", "status", "--db", app_conninfo], capture_output=True, text=True
+        )
+
+    assert status().returncode == 3 and "no replica lock registered" in status().stdout
+    log = tmp_path / "replica.log"
+    command = [*TENURE, "replica", "run", "--db", app_conninfo, "--interval", "0.2", "--http", "127.0.0.1:0"]
+    second_log = tmp_path / "replica-2.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen([*command, "--name", "one"], stdout=out, stderr=subprocess.STDOUT)
+    second = first
+    try:
+        deadline = time.monotonic() + 15
+        while "active in epoch 1" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "active in epoch 1" in log.read_text()
+        with open(second_log, "w") as out:
+            second = subprocess.Popen([*command, "--name", "two"], stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while "lock id" not in second_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert re.search(r"lock id \d+; active: one:\d+ \(pid \d+\)", second_log.read_text())
+        url = re.search(r"serving (http://\S+)/health/active", log.read_text())
+        assert url is not None
+        with urllib.request.urlopen(url.group(1) + "/health/active", timeout=5) as response:
+            body = json.loads(response.read())
+        assert body["role"] == "active" and body["epoch"] == 1
+        shown = status()
+        assert shown.returncode == 0
+        assert re.search(
+            r"active replica one:\d+ in epoch 1, pid \d+ \(tenure replica one:\d+\), since", shown.stdout
+        )
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(15) == 0
+        deadline = time.monotonic() + 15
+        while "active in epoch 2" not in second_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "active in epoch 2" in second_log.read_text(), "a clean stop hands over at the next try"
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(15) == 0
+    finally:
+        for process in (first, second):
+            if process.poll() is None:
+                process.kill()
+    assert log.read_text().rstrip().endswith("released")
+    after = status()
+    assert after.returncode == 1 and "no active replica" in after.stdout
+
+
+def test_replica_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Path, capsys: Any) -> None:
+    assert run_replica_demo(admin_conninfo, workdir=tmp_path, settings=SETTINGS) is True
+    output = capsys.readouterr().out
+    assert "SIGKILL replica-" in output
+    assert re.search(r"answers through HAProxy [0-9.]+ s after the kill", output)
+    assert "never two active replicas" in output
