@@ -200,13 +200,15 @@ class HAProxy:
             f"    server {name} 127.0.0.1:{port} check inter {millis} fall 1 rise 1"
             for name, port in backends
         )
+        # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (to
+        # a replica just killed, not yet marked down): on loopback 100 ms is plenty.
         self.config = workdir / "haproxy.cfg"
         self.config.write_text(
             f"""global
     maxconn 512
 defaults
     mode http
-    timeout connect 500ms
+    timeout connect 100ms
     timeout client 10s
     timeout server 1s
     timeout check {millis}ms
