@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proxy import PausingProxy
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure.cli import REPLICA_EXAMPLES
 from tenure.demo_replicas import (
@@ -129,6 +131,60 @@ def test_failover_behind_haproxy(
     accepted = [a for a in client.answers if a.status == 200]
     assert len({a.replica for a in accepted}) >= 3, "writes were accepted by each successive active replica"
     assert len(terms) >= 1 + 3 * ROUNDS
+
+
+def test_blip_shorter_than_grace_keeps_the_active_replica(
+    admin: Any, admin_conninfo: str, tmp_path: Path
+) -> None:
+    """The active replica reaches the database through a proxy that cuts every connection and
+    then passes nothing for 0.3 s (< grace 0.6 s): it stays the active replica, through HAProxy."""
+    conninfo = setup_replicas(admin_conninfo)
+    params = conninfo_to_dict(conninfo)
+    spawned: list[ReplicaProcess] = []
+    with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:
+        try:
+            proxied = make_conninfo(conninfo, host="127.0.0.1", port=proxy.port)
+            spawned.append(ReplicaProcess(proxied, "r1", tmp_path / "r1.log", settings=SETTINGS))
+            first = wait_for_active(spawned, admin)
+            spawned += [
+                ReplicaProcess(conninfo, f"r{n}", tmp_path / f"r{n}.log", settings=SETTINGS) for n in (2, 3)
+            ]
+            with HAProxy(
+                [(r.name, r.port) for r in spawned], tmp_path, check_interval=SETTINGS.check_interval
+            ) as lb:
+                client = Client(lb.url).start()
+                try:
+                    client.wait_success_after(time.monotonic())
+                    for _ in range(2):
+                        time.sleep(0.5)
+                        at = time.monotonic()
+                        proxy.pause()
+                        proxy.reset()
+                        time.sleep(0.3)
+                        proxy.resume()
+                        success = client.wait_success_after(at + 0.3)
+                        assert success.replica == first.replica
+                        print(
+                            f"\nblip of 0.3 s: {client.failed_between(at, success.done)} failed requests, "
+                            f"{success.done - at:.3f} s until {success.replica} answered again"
+                        )
+                    time.sleep(0.5)
+                finally:
+                    client.stop()
+        finally:
+            for replica in reversed(spawned):  # the passive ones first: none takes over at the end
+                replica.stop()
+    terms, writes = read_replica_records(admin)
+    assert {t.replica for t in terms} == {first.replica}, "no other replica ever acquired the lock"
+    assert len(terms) == 3, "the lock was reclaimed after each blip"
+    assert [e["event"] for e in first.events() if e["event"] in ("active", "passive")][:5] == [
+        "active",
+        "passive",
+        "active",
+        "passive",
+        "active",
+    ]
+    assert check_replica_records(terms, writes, client.answers) == []
 
 
 @pytest.mark.parametrize("command", [f"replica {name}" for name in REPLICA_EXAMPLES])
