@@ -455,8 +455,8 @@ def run_replica_demo(
             took = success.done - killed_at
             print(
                 f"  {success.replica} answers through HAProxy {took:.3f} s after the kill "
-                f"(bound {settings.failover_bound:.2f} s: grace + 3 intervals + 2 health checks); "
-                f"{failed} requests failed meanwhile",
+                f"(bound {settings.failover_bound:.2f} s: grace + 3 intervals + 2 health checks; the dead "
+                f"replica's reservation ran out first); {failed} requests failed meanwhile",
                 file=out,
             )
             time.sleep(2)
