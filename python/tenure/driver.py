@@ -638,6 +638,10 @@ class Driver:
         """Every registered replica lock with its holder (the view ``tenure.replicas``)."""
         return self._rows(ReplicaHolder, "SELECT * FROM tenure.replicas ORDER BY scope, counter", ())
 
+    def set_idle_session_timeout(self, seconds: float) -> None:
+        """Have the server end this session after ``seconds`` without a statement (0: never)."""
+        self._scalar("SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}ms",))
+
     def backend_pid(self) -> int:
         """The server process of this connection (to tell a transaction-pooling proxy apart)."""
         return int(self._scalar("SELECT pg_backend_pid()", ()))

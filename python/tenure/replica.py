@@ -216,6 +216,9 @@ class ReplicaManager(CycleLoop):
                 deadline=self.timing.idle_timeout,
                 idle_session_timeout=self.timing.idle_timeout,
             )
+            # Again by SQL: a proxy (pgbouncer's ignore_startup_parameters) may drop the
+            # startup options, and without the timeout a frozen replica keeps the lock.
+            Driver(self._connection).set_idle_session_timeout(self.timing.idle_timeout)
         return Driver(self._connection)
 
     def _refuse_transaction_pooling(self) -> None:

@@ -261,5 +261,8 @@ def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str]) -> None
     session = ReplicaManager(pgbouncer("session"), name="session-pooled", scope="s", interval=I).start()
     try:
         assert session.wait_until_active(10)
+        with session.write() as connection:
+            shown = connection.execute("SHOW idle_session_timeout").fetchone()
+        assert shown == ("600ms",), "set even though pgbouncer dropped the startup options"
     finally:
         session.stop()
