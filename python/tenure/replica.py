@@ -79,11 +79,6 @@ class ReplicaTiming:
         """How long after its last ping the lock stays reserved for the active replica."""
         return self.grace + 2 * self.interval if self.grace > 0 else None
 
-    @property
-    def failover_bound(self) -> float:
-        """Worst case from a crash of the active replica to another acquiring the lock."""
-        return (self.reserve or 0.0) + self.interval
-
 
 class ReplicaManager(CycleLoop):
     """Holds or competes for a replica lock in a background thread; a context manager.

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tenure.demo_replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 from tenure.driver import Driver
 from tenure.errors import InvalidConfiguration, NotPrimary
 from tenure.replica import ReplicaManager, ReplicaServer, ReplicaTiming, active_only
@@ -266,3 +268,22 @@ def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str]) -> None
         assert shown == ("600ms",), "set even though pgbouncer dropped the startup options"
     finally:
         session.stop()
+
+
+def test_record_checker_finds_overlapping_writes() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def at(seconds: float) -> datetime:
+        return t0 + timedelta(seconds=seconds)
+
+    terms = [ReplicaTerm(1, "a", 10, at(0)), ReplicaTerm(2, "b", 20, at(5))]
+    good = [ReplicaWrite("w1", "a", 1, 10, at(1)), ReplicaWrite("w2", "b", 2, 20, at(6))]
+    assert check_replica_records(terms, good) == []
+    late = [*good, ReplicaWrite("w3", "a", 1, 10, at(5.5))]  # a still writing after b acquired
+    assert any("falls outside its term" in p for p in check_replica_records(terms, late))
+    foreign = [ReplicaWrite("w4", "a", 2, 10, at(6))]  # a write in b's epoch from a's session
+    assert any("in epoch 2 of b" in p for p in check_replica_records(terms, foreign))
+    accepted = [Answer(0, 0, 200, "w9", "a", 1)]  # answered 200 but never recorded
+    assert any("not recorded" in p for p in check_replica_records(terms, good, accepted))
+    gap = [ReplicaTerm(1, "a", 10, at(0)), ReplicaTerm(3, "b", 20, at(5))]
+    assert any("epochs are not" in p for p in check_replica_records(gap, []))
