@@ -12,7 +12,8 @@ does both). The passive replicas try to acquire the lock every ``interval``.
   others until ``grace + 2 * interval`` after its last ping), so a blip shorter than the
   grace period keeps the same replica active. A lock session ended by an administrator
   (``pg_terminate_backend``) is taken as an order to fail over: the replica drops its
-  reservation and waits two intervals before competing again.
+  reservation and stays out for the grace period (at least 3 intervals) before
+  competing again.
 - Hang: the lock session carries ``idle_session_timeout`` (``idle_timeout``, a few
   intervals) and the active replica pings every interval, so the server ends a frozen
   replica's session and frees the lock; on waking, the watchdog has made it passive
@@ -73,6 +74,11 @@ class ReplicaTiming:
             )
         if not self.grace >= 0:
             raise InvalidConfiguration(f"grace period must not be negative, got {self.grace!r} s")
+
+    @property
+    def step_aside(self) -> float:
+        """How long a replica whose lock session an operator ended stays out of the competition."""
+        return max(3 * self.interval, self.grace)
 
     @property
     def reserve(self) -> float | None:
@@ -263,7 +269,7 @@ class ReplicaManager(CycleLoop):
                 with self._writing:
                     driver.replica_release(self.name, counter=self.counter, scope=self.scope)
                 self._drop_reservation = False
-                self._backoff_until = time.monotonic() + 2 * self.timing.interval
+                self._backoff_until = time.monotonic() + self.timing.step_aside
             if time.monotonic() < self._backoff_until:
                 return
             sent = time.monotonic()
