@@ -1,5 +1,6 @@
 # make demo   the main job: three instances elect a primary, the primary is killed,
-#             a timeline shows the takeover (throwaway local PostgreSQL 15)
+#             a timeline shows the takeover (throwaway local PostgreSQL 15); then tasks;
+#             then three replicas behind HAProxy, the active one killed
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
-          libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv)
+          libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv
+          haproxy pgbouncer)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -19,6 +19,11 @@
    pgbench running one UPDATE that extends the expiry of the same rows on a plain table.
 8. The submission queue: batches per second end to end and fairness under a flood
    (:mod:`tenure.bench_queue`).
+9. Replica failover: three demo replicas behind HAProxy with a client writing through it;
+   the active replica SIGKILLed again and again; the time from the kill to the first
+   successful request through the load balancer, against the acquisition interval plus
+   the health-check interval, without a grace period and with one (whose reservation
+   the failover must wait out).
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ import psycopg
 
 from tenure.bench_queue import queue_bench
 from tenure.demo import ServiceProcess, server_now, setup, wait_for_primary
+from tenure.demo_replicas import (
+    Client,
+    HAProxy,
+    ReplicaProcess,
+    ReplicaSettings,
+    setup_replicas,
+    wait_for_active,
+)
 from tenure.driver import Driver
 from tenure.history import read_terms
 
@@ -612,7 +625,7 @@ def claim_costs(
     claims_clean(admin)
 
 
-SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue")
+SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue", "replicas")
 
 
 def run_bench(
@@ -631,6 +644,7 @@ def run_bench(
     claim_instances: int,
     queue_keys: list[int],
     queue_batches: int,
+    replica_trials: int,
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -712,5 +726,77 @@ def run_bench(
             )
         if "queue" in sections:
             queue_bench(admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir)
+    if "replicas" in sections:
+        replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
     print(f"  logs: {workdir}")
     return 0
+
+
+# -- replica failover ----------------------------------------------------------------------
+
+
+def replica_failover_times(
+    admin_conninfo: str, *, trials: int, settings: ReplicaSettings, workdir: Path
+) -> list[tuple[float, int]]:
+    """(seconds from SIGKILL to the first successful request through HAProxy, failed requests) per trial."""
+    conninfo = setup_replicas(admin_conninfo)
+    results: list[tuple[float, int]] = []
+    spawned = 0
+
+    def spawn(name: str, port: int | None = None) -> ReplicaProcess:
+        nonlocal spawned
+        spawned += 1
+        return ReplicaProcess(
+            conninfo, name, workdir / f"replica-{spawned}.log", settings=settings, port=port
+        )
+
+    replicas = [spawn(f"r{n}") for n in (1, 2, 3)]
+    admin = psycopg.connect(admin_conninfo, autocommit=True)
+    try:
+        with HAProxy(
+            [(r.name, r.port) for r in replicas], workdir, check_interval=settings.check_interval
+        ) as lb:
+            client = Client(lb.url).start()
+            try:
+                for _ in range(trials):
+                    active = wait_for_active(replicas, admin)
+                    client.wait_success_after(time.monotonic())
+                    while any(r.health() == 0 for r in replicas):  # the last replacement is serving
+                        time.sleep(0.05)
+                    time.sleep(2 * settings.check_interval)
+                    killed_at = time.monotonic()
+                    active.signal(signal.SIGKILL)
+                    success = client.wait_success_after(killed_at, other_than=active.replica)
+                    results.append((success.done - killed_at, client.failed_between(killed_at, success.done)))
+                    active.process.wait()
+                    replicas[replicas.index(active)] = spawn(active.name, active.port)
+            finally:
+                client.stop()
+    finally:
+        for replica in replicas:
+            replica.stop()
+        admin.close()
+    return results
+
+
+def replica_failover(admin_conninfo: str, *, trials: int, workdir: Path) -> None:
+    if trials < 1:
+        return
+    print(f"  replica failover through HAProxy, {trials} SIGKILLs of the active replica each:")
+    print("    setting                                  p50       p99       max   vs I + check   failed/kill")
+    for grace in (0.0, 0.6):
+        settings = ReplicaSettings(interval=0.2, idle_timeout=0.6, grace=grace, check_interval=0.1)
+        results = replica_failover_times(admin_conninfo, trials=trials, settings=settings, workdir=workdir)
+        times = [t for t, _ in results]
+        base = settings.interval + settings.check_interval
+        p50, p99, worst = percentile(times, 50), percentile(times, 99), max(times)
+        label = f"I = {settings.interval} s, check {settings.check_interval} s, grace {grace} s"
+        print(
+            f"    {label:<40} {p50:6.3f} s  {p99:6.3f} s  {worst:6.3f} s   "
+            f"{p50 / base:4.1f} / {worst / base:4.1f}    {sum(f for _, f in results) / len(results):8.1f}",
+            flush=True,
+        )
+        print(
+            f"      bound grace + 3 I + 2 checks = {settings.failover_bound:.3f} s; "
+            f"{sum(t > settings.failover_bound for t in times)} of {len(times)} over it"
+        )

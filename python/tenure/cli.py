@@ -24,6 +24,7 @@ from tenure.elector import Elector
 from tenure.errors import TenureError
 from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.queue import SubmissionPool
+from tenure.replica import ReplicaManager, ReplicaServer
 from tenure.shutdown import wait_for_shutdown
 from tenure.status import collect, render
 from tenure.tasks import TaskWorker
@@ -42,6 +43,7 @@ EXAMPLES = {
     "deploy": "example: tenure deploy --db postgresql://postgres@db.example.org/prod",
     "revert": "example: tenure revert --db postgresql://postgres@db.example.org/prod --to @v0.1.0 --yes",
     "verify": "example: tenure verify --db postgresql://postgres@db.example.org/prod",
+    "replica": "example: tenure replica status --db postgresql://app@db/prod",
 }
 
 BATCH_EXAMPLES = {
@@ -53,6 +55,11 @@ BATCH_EXAMPLES = {
     "skip": "example: tenure batch skip --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
     "retry": "example: tenure batch retry --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
     "run": "example: tenure batch run --keyspace ledger --module myapp.ledger --submitters 8 --depth 2",
+}
+
+REPLICA_EXAMPLES = {
+    "run": "example: tenure replica run --db postgresql://app@db/prod --http 127.0.0.1:8081 --interval 0.5",
+    "status": "example: tenure replica status --db postgresql://app@db/prod --counter 0",
 }
 
 CLAIM_EXAMPLES = {
@@ -152,7 +159,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     tasks_ok = run_task_demo(args.db, workdir=workdir)
     queue_ok = run_queue_demo(args.db, workdir=workdir)
-    return 0 if ok and tasks_ok and queue_ok else 1
+    from tenure.demo_replicas import run_replica_demo
+
+    replicas_ok = run_replica_demo(args.db, workdir=workdir)
+    return 0 if ok and tasks_ok and queue_ok and replicas_ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -173,6 +183,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         claim_instances=args.claim_instances,
         queue_keys=args.queue_keys,
         queue_batches=args.queue_batches,
+        replica_trials=args.replica_trials,
     )
 
 
@@ -454,6 +465,69 @@ def cmd_sqitch(args: argparse.Namespace) -> int:
     return run_sqitch(args.db, args.command, *options)
 
 
+def cmd_replica_run(args: argparse.Namespace) -> int:
+    manager = ReplicaManager(
+        args.db,
+        name=args.name,
+        counter=args.counter,
+        scope=args.scope,
+        interval=args.interval,
+        idle_timeout=args.idle_timeout,
+        grace=args.grace,
+        on_active=lambda epoch: _say(f"active in epoch {epoch}"),
+        on_passive=lambda reason: _say(f"passive: {reason}"),
+    )
+    timing = manager.timing
+    _say(
+        f"replica {manager.name}: interval {timing.interval:g} s, "
+        f"idle_session_timeout {timing.idle_timeout:g} s, grace {timing.grace:g} s"
+    )
+    with manager:
+        server = None
+        if args.http:
+            host, _, port = args.http.rpartition(":")
+            server = ReplicaServer(manager, host=host or "127.0.0.1", port=int(port)).start()
+            _say(f"serving {server.url}/health/active and /health/live")
+        stopping = wait_for_shutdown(timeout=2 * manager.timing.interval)
+        if not stopping and manager.lock_id is not None:
+            answer = manager.last_answer
+            who = (
+                "" if answer is None or answer.acquired else f"; active: {answer.replica} (pid {answer.pid})"
+            )
+            _say(f"lock id {manager.lock_id}{who}")
+        if not stopping:
+            wait_for_shutdown()
+        _say("shutting down: releasing the lock")
+        if server is not None:
+            server.stop()
+    _say("released")
+    return 0
+
+
+def cmd_replica_status(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        rows = (
+            driver.replicas()
+            if args.all
+            else [r for r in [driver.replica_holder(counter=args.counter, scope=args.scope)] if r]
+        )
+    if not rows:
+        print("no replica lock registered")
+        return 3
+    for r in rows:
+        if r.pid is None:
+            reserved = f", reserved for {r.reserved_until.isoformat()}" if r.reserved_until else ""
+            print(f"{r.scope}/{r.counter} lock {r.lock_id}: no active replica{reserved}")
+        else:
+            since = r.since.isoformat() if r.since else "?"
+            print(
+                f"{r.scope}/{r.counter} lock {r.lock_id}: active replica {r.replica} in epoch {r.epoch}, "
+                f"pid {r.pid} ({r.application_name}), since {since}"
+            )
+    return 0 if all(r.pid is not None for r in rows) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tenure",
@@ -466,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
-        if name not in ("check-primary", "task", "claim", "batch"):
+        if name not in ("check-primary", "task", "claim", "batch", "replica"):
             sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
         return sub
 
@@ -557,6 +631,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_sections,
         default=list(SECTIONS),
         help=f"comma-separated parts to run ({','.join(SECTIONS)})",
+    )
+    bench.add_argument(
+        "--replica-trials",
+        type=int,
+        default=20,
+        help="SIGKILLs of the active replica behind HAProxy, per setting, for the failover times (20)",
     )
     bench.set_defaults(run=cmd_bench)
 
@@ -705,6 +785,38 @@ def build_parser() -> argparse.ArgumentParser:
     revert.set_defaults(run=cmd_sqitch)
     verify = command("verify", "check with sqitch's verify scripts that tenure's schema is deployed intact")
     verify.set_defaults(run=cmd_sqitch)
+    replica = command("replica", "run an active/passive replica lock holder, or show who is active")
+    replica_commands = replica.add_subparsers(
+        dest="replica_command", required=True, metavar="REPLICA_COMMAND"
+    )
+
+    def replica_command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = replica_commands.add_parser(name, help=help, description=help, epilog=REPLICA_EXAMPLES[name])
+        sub.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+        sub.add_argument("--counter", type=int, default=0, help="lock counter (0)")
+        sub.add_argument("--scope", help="lock scope (the database's name)")
+        return sub
+
+    replica_run = replica_command(
+        "run", "hold the replica lock while active, print role changes, serve /health/active"
+    )
+    replica_run.add_argument("--name", help="replica name shown in pg_stat_activity (host name)")
+    replica_run.add_argument("--http", metavar="HOST:PORT", help="serve GET /health/active and /health/live")
+    replica_run.add_argument("--interval", type=float, default=0.5, help="ping / acquisition interval (0.5)")
+    replica_run.add_argument(
+        "--idle-timeout", type=float, help="idle_session_timeout of the lock session (3 intervals)"
+    )
+    replica_run.add_argument(
+        "--grace",
+        type=float,
+        help="seconds to reclaim the lock after a lost connection (4 intervals; 0: none)",
+    )
+    replica_run.set_defaults(run=cmd_replica_run)
+    status = replica_command(
+        "status", "print the active replica: pid, application, epoch, since (exit 1: none)"
+    )
+    status.add_argument("--all", action="store_true", help="every registered replica lock")
+    status.set_defaults(run=cmd_replica_status)
     return parser
 
 

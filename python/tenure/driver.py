@@ -223,6 +223,35 @@ class BatchRow:
     detail: str | None
 
 
+@dataclass(frozen=True)
+class ReplicaGrant:
+    """Answer of ``replica_acquire``: whether the calling session holds the lock now, and the holder."""
+
+    lock_id: int
+    acquired: bool
+    epoch: int
+    replica: str | None
+    pid: int | None
+    since: datetime | None
+    reserved_until: datetime | None
+
+
+@dataclass(frozen=True)
+class ReplicaHolder:
+    """Who holds a replica lock (``replica_holder`` and the view ``tenure.replicas``)."""
+
+    scope: str
+    counter: int
+    lock_id: int
+    pid: int | None
+    application_name: str | None
+    replica: str | None
+    epoch: int | None
+    since: datetime | None
+    renewed_at: datetime | None
+    reserved_until: datetime | None
+
+
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -253,6 +282,7 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
     "task_status": ("kind", "state", "status"),
     "batch_queues": ("keyspace",),
     "batch_keys": ("keyspace", "key"),
+    "replicas": ("scope", "counter"),
 }
 
 
@@ -642,3 +672,72 @@ class Driver:
             "ORDER BY keyspace, key",
             {"keyspace": keyspace},
         )
+
+    # -- replicas --------------------------------------------------------------------
+
+    def replica_lock_id(self, *, counter: int = 0, scope: str | None = None) -> int:
+        """The 30-bit lock id of (scope, counter); scope defaults to the database's name."""
+        return int(self._scalar("SELECT tenure.replica_lock_id(%s, %s)", (counter, scope)))
+
+    def replica_register(self, *, counter: int = 0, scope: str | None = None) -> int:
+        """Register (scope, counter) and return its lock id; InvalidConfiguration on a collision."""
+        return int(self._scalar("SELECT tenure.replica_register(%s, %s)", (counter, scope)))
+
+    def replica_acquire(
+        self,
+        replica: str,
+        *,
+        reserve: timedelta | float | None = None,
+        counter: int = 0,
+        scope: str | None = None,
+    ) -> ReplicaGrant:
+        """Try to make this session the active replica (no waiting); the answer names the holder."""
+        rows = self._rows(
+            ReplicaGrant,
+            "SELECT * FROM tenure.replica_acquire(%s, %s, %s, %s)",
+            (replica, _seconds(reserve), counter, scope),
+        )
+        return rows[0]
+
+    def replica_guard(self, *, epoch: int | None = None, counter: int = 0, scope: str | None = None) -> int:
+        """Raise NotPrimary unless this session holds the lock (in ``epoch``); returns the epoch.
+
+        Call it first in each write transaction of the active replica, on its lock connection.
+        """
+        return int(self._scalar("SELECT tenure.replica_guard(%s, %s, %s)", (epoch, counter, scope)))
+
+    def replica_ping(
+        self,
+        replica: str,
+        epoch: int,
+        *,
+        reserve: timedelta | float | None = None,
+        counter: int = 0,
+        scope: str | None = None,
+    ) -> datetime:
+        """The active replica's ping: NotPrimary unless it still holds the lock in ``epoch``."""
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.replica_ping(%s, %s, %s, %s, %s)",
+            (replica, epoch, _seconds(reserve), counter, scope),
+        )
+
+    def replica_release(self, replica: str, *, counter: int = 0, scope: str | None = None) -> bool:
+        """Release the lock if this session holds it and drop the replica's reservation."""
+        return bool(self._scalar("SELECT tenure.replica_release(%s, %s, %s)", (replica, counter, scope)))
+
+    def replica_holder(self, *, counter: int = 0, scope: str | None = None) -> ReplicaHolder | None:
+        """Who holds the lock (pid None when nobody does); None when it was never registered."""
+        rows = self._rows(ReplicaHolder, "SELECT * FROM tenure.replica_holder(%s, %s)", (counter, scope))
+        return rows[0] if rows else None
+
+    def replicas(self) -> list[ReplicaHolder]:
+        """Every registered replica lock with its holder (the view ``tenure.replicas``)."""
+        return self._rows(ReplicaHolder, "SELECT * FROM tenure.replicas ORDER BY scope, counter", ())
+
+    def set_idle_session_timeout(self, seconds: float) -> None:
+        """Have the server end this session after ``seconds`` without a statement (0: never)."""
+        self._scalar("SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}ms",))
+
+    def backend_pid(self) -> int:
+        """The server process of this connection (to tell a transaction-pooling proxy apart)."""
+        return int(self._scalar("SELECT pg_backend_pid()", ()))

@@ -1,7 +1,7 @@
 """``tenure status``: one screen of what tenure is doing, read from its public views.
 
 Every section is one view, so the same picture is a ``SELECT * FROM tenure.<view>``
-away in psql: heartbeat_status, claim_keyspaces, claim_instances, task_status,
+away in psql: heartbeat_status, replicas, claim_keyspaces, claim_instances, task_status,
 batch_queues.
 """
 
@@ -19,6 +19,7 @@ from tenure.driver import Driver
 # Each section of the screen and the view it shows, in that order.
 SECTIONS = {
     "primaries": "heartbeat_status",
+    "replicas": "replicas",
     "claim_keyspaces": "claim_keyspaces",
     "claim_instances": "claim_instances",
     "tasks": "task_status",
@@ -88,6 +89,21 @@ def render(status: Status) -> str:
         )
     if not s["primaries"]:
         lines.append("  (no service type has stood for election)")
+
+    lines += ["", "replicas (advisory-lock leadership)"]
+    for r in s["replicas"]:
+        if r["pid"] is not None:
+            holder = (
+                f"active {r['replica'] or r['application_name'] or '?'}  epoch {r['epoch']}  pid {r['pid']}"
+                f"{'  since ' + format(r['since'], '%H:%M:%S') if r['since'] else ''}"
+            )
+        elif r["reserved_until"] is not None:
+            holder = f"NONE active; reserved for its last holder until {r['reserved_until']:%H:%M:%S.%f}"
+        else:
+            holder = "NONE active"
+        lines.append(f"  {r['scope']}/{r['counter']:<14} lock {r['lock_id']:<11} {holder}")
+    if not s["replicas"]:
+        lines.append("  (no replica lock registered)")
 
     lines += ["", "claims"]
     instances: dict[str, list[dict[str, Any]]] = {}

@@ -28,6 +28,14 @@ class PausingProxy:
     def resume(self) -> None:
         self._flowing.set()
 
+    def reset(self) -> None:
+        """Cut every open connection at once, as a network reset does; new ones still pass."""
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:

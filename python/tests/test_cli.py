@@ -289,11 +289,13 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert "shards               3 keys: 2 claimed, 1 unclaimed" in text.stdout
     assert re.search(r"email\s+new\s+pending\s+1\s+leased\s+0\s+due\s+1", text.stdout)
     assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
+    assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout)
     report = json.loads(tenure("--json").stdout)
     assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
     assert report["claim_keyspaces"][0]["unclaimed"] == 1
     assert report["tasks"][0]["due"] == 1
     assert report["batch_queues"][0]["queued"] == 1
+    assert report["replicas"][0]["replica"] == "replica-a"
 
     watch = subprocess.Popen(
         [*TENURE, "status", "--db", app_conninfo, "--watch", "0.2"], stdout=subprocess.PIPE, text=True

@@ -1,0 +1,7 @@
+BEGIN;
+
+SET LOCAL ROLE tenure_owner;
+
+\ir ../procedures/replicas.sql
+
+COMMIT;

@@ -1,0 +1,493 @@
+"""Replicas behind HAProxy: the demo service, the pieces the process test and the bench
+share, and the demo that kills the active replica.
+
+A demo replica (``python -m tenure.demo_replicas --db URL --name r1 --port 8081``)
+runs a ReplicaManager and serves ``GET /health/active``, ``GET /health/live`` and
+``POST /write``: while active, each write inserts a row into
+``tenure_demo.replica_writes`` through the lock connection after ``replica_guard``,
+with the replica's name, its epoch, the backend pid and the server's time. HAProxy
+(Debian's package), started on loopback with an HTTP health check on
+``/health/active``, sends the requests of a client to the active replica only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from tenure.demo import ChildProcess, setup
+from tenure.driver import Driver
+from tenure.replica import ReplicaManager, ReplicaServer, active_only
+from tenure.shutdown import wait_for_shutdown
+
+REPLICA_SQL = """
+CREATE TABLE IF NOT EXISTS tenure_demo.replica_writes (
+    id         bigserial   PRIMARY KEY,
+    request_id text        NOT NULL UNIQUE,
+    replica    text        NOT NULL,
+    epoch      bigint      NOT NULL,
+    pid        integer     NOT NULL,
+    done_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+GRANT INSERT, SELECT ON tenure_demo.replica_writes TO tenure_demo_app;  -- SELECT for RETURNING
+GRANT USAGE ON SEQUENCE tenure_demo.replica_writes_id_seq TO tenure_demo_app;
+"""
+
+
+def setup_replicas(admin_conninfo: str) -> str:
+    """The demo's role and tables, plus the replicas' write table; returns the app's conninfo."""
+    conninfo = setup(admin_conninfo)
+    with psycopg.connect(admin_conninfo, autocommit=True) as connection:
+        connection.execute(REPLICA_SQL)
+    return conninfo
+
+
+# -- one replica ---------------------------------------------------------------------
+
+
+def _emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, "mono": round(time.monotonic(), 4), **fields}, default=str), flush=True)
+
+
+def run_replica(
+    conninfo: str, *, name: str, host: str, port: int, interval: float, idle_timeout: float, grace: float
+) -> None:
+    manager = ReplicaManager(
+        conninfo,
+        name=name,
+        interval=interval,
+        idle_timeout=idle_timeout,
+        grace=grace,
+        on_active=lambda epoch: _emit("active", epoch=epoch),
+        on_passive=lambda reason: _emit("passive", reason=reason),
+    )
+
+    @active_only(manager)
+    def write(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request_id = str(request.get("request_id") or uuid.uuid4())
+        with manager.write() as connection:
+            row = connection.execute(
+                "INSERT INTO tenure_demo.replica_writes (request_id, replica, epoch, pid) "
+                "VALUES (%s, %s, tenure.replica_guard(), pg_backend_pid()) RETURNING epoch, pid, done_at",
+                (request_id, manager.name),
+            ).fetchone()
+        assert row is not None
+        return 200, {"request_id": request_id, "replica": manager.name, "epoch": row[0], "pid": row[1]}
+
+    with manager, ReplicaServer(manager, host=host, port=port, routes={("POST", "/write"): write}) as server:
+        _emit("started", replica=manager.name, url=server.url, pid=os.getpid())
+        wait_for_shutdown()
+    _emit("stopped")
+
+
+def replica_main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tenure.demo_replicas", description="one demo replica")
+    parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--idle-timeout", type=float, default=1.5)
+    parser.add_argument("--grace", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    run_replica(
+        args.db,
+        name=args.name,
+        host=args.host,
+        port=args.port,
+        interval=args.interval,
+        idle_timeout=args.idle_timeout,
+        grace=args.grace,
+    )
+
+
+# -- processes: replicas, HAProxy, a client --------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    interval: float = 0.5
+    idle_timeout: float = 1.5
+    grace: float = 2.0
+    check_interval: float = 0.2  # HAProxy's health check interval
+
+    @property
+    def failover_bound(self) -> float:
+        """Crash of the active replica to the first request it serves elsewhere, at worst:
+        the reservation (grace + 2 intervals after the last ping), an acquisition
+        interval, and a health check interval plus its timeout."""
+        return self.grace + 3 * self.interval + 2 * self.check_interval
+
+
+class ReplicaProcess(ChildProcess):
+    """A demo replica (python -m tenure.demo_replicas) as a child process."""
+
+    def __init__(
+        self, conninfo: str, name: str, log_path: Path, *, settings: ReplicaSettings, port: int | None = None
+    ) -> None:
+        self.name = name
+        self.port = port or free_port()
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "tenure.demo_replicas",
+                "--db",
+                conninfo,
+                "--name",
+                name,
+                "--port",
+                str(self.port),
+                "--interval",
+                str(settings.interval),
+                "--idle-timeout",
+                str(settings.idle_timeout),
+                "--grace",
+                str(settings.grace),
+            ],
+            log_path,
+        )
+        # The replica's full name carries its pid: name:pid.
+        self.replica = self.wait_for_output(r'"replica": "([^"]+)"').group(1)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Its JSON event lines (stderr shares the log: an event may follow other text on a line)."""
+        lines = self.output().splitlines()
+        return [json.loads(line[line.index('{"event"') :]) for line in lines if '{"event"' in line]
+
+    def health(self) -> int:
+        """The status of its ``GET /health/active`` (0: no answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health/active", timeout=2) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return 0
+
+
+class HAProxy:
+    """Debian's haproxy on loopback in front of the replicas, checking ``/health/active``."""
+
+    def __init__(self, backends: list[tuple[str, int]], workdir: Path, *, check_interval: float) -> None:
+        self.port = free_port()
+        millis = max(10, int(check_interval * 1000))
+        servers = "\n".join(
+            f"    server {name} 127.0.0.1:{port} check inter {millis} fall 1 rise 1"
+            for name, port in backends
+        )
+        # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (to
+        # a replica just killed, not yet marked down): on loopback 100 ms is plenty.
+        self.config = workdir / "haproxy.cfg"
+        self.config.write_text(
+            f"""global
+    maxconn 512
+defaults
+    mode http
+    timeout connect 100ms
+    timeout client 10s
+    timeout server 1s
+    timeout check {millis}ms
+    retries 1
+    option redispatch
+frontend replicas
+    bind 127.0.0.1:{self.port}
+    default_backend replicas
+backend replicas
+    option httpchk GET /health/active
+    http-check expect status 200
+{servers}
+"""
+        )
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        self.process = ChildProcess([binary, "-db", "-f", str(self.config)], workdir / "haproxy.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> HAProxy:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request of the client: when it was sent and answered (monotonic), and how."""
+
+    sent: float
+    done: float
+    status: int  # 0: no HTTP answer
+    request_id: str
+    replica: str | None
+    epoch: int | None
+
+
+class Client:
+    """Sends ``POST /write`` through the load balancer one after another until stopped."""
+
+    def __init__(self, url: str, *, pause: float = 0.005, timeout: float = 5.0) -> None:
+        self.url = url + "/write"
+        self.pause = pause
+        self.timeout = timeout
+        self.answers: list[Answer] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replica-client", daemon=True)
+
+    def _one(self) -> Answer:
+        request_id = str(uuid.uuid4())
+        data = json.dumps({"request_id": request_id}).encode()
+        sent = time.monotonic()
+        status, body = 0, {}
+        try:
+            request = urllib.request.Request(
+                self.url, data=data, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                status, body = response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            status = error.code
+        except (OSError, ValueError):
+            status = 0
+        return Answer(sent, time.monotonic(), status, request_id, body.get("replica"), body.get("epoch"))
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self.answers.append(self._one())
+            self._stopping.wait(self.pause)
+
+    def start(self) -> Client:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+
+    def first_success_after(self, moment: float, *, other_than: str | None = None) -> Answer | None:
+        for answer in list(self.answers):
+            if answer.sent >= moment and answer.status == 200 and answer.replica != other_than:
+                return answer
+        return None
+
+    def wait_success_after(self, moment: float, *, other_than: str | None = None, wait: float = 30) -> Answer:
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            found = self.first_success_after(moment, other_than=other_than)
+            if found is not None:
+                return found
+            time.sleep(0.01)
+        raise TimeoutError(f"no successful request {wait} s after the fault")
+
+    def failed_between(self, start: float, end: float) -> int:
+        """Requests answered (or given up) from ``start`` to ``end`` that failed."""
+        return sum(1 for a in list(self.answers) if start <= a.done < end and a.status != 200)
+
+
+# -- checking the records ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaWrite:
+    request_id: str
+    replica: str
+    epoch: int
+    pid: int
+    done_at: datetime
+
+
+@dataclass(frozen=True)
+class ReplicaTerm:
+    epoch: int
+    replica: str
+    pid: int
+    acquired_at: datetime
+
+
+def read_replica_records(
+    connection: psycopg.Connection[Any],
+) -> tuple[list[ReplicaTerm], list[ReplicaWrite]]:
+    lock_id = Driver(connection).replica_lock_id()
+    with connection.cursor(row_factory=class_row(ReplicaTerm)) as cursor:
+        cursor.execute(
+            "SELECT epoch, replica, pid, acquired_at FROM tenure.replica_term WHERE lock_id = %s "
+            "ORDER BY epoch",
+            (lock_id,),
+        )
+        terms = cursor.fetchall()
+    with connection.cursor(row_factory=class_row(ReplicaWrite)) as cursor:
+        cursor.execute(
+            "SELECT request_id, replica, epoch, pid, done_at FROM tenure_demo.replica_writes "
+            "ORDER BY done_at, id"
+        )
+        writes = cursor.fetchall()
+    return terms, writes
+
+
+def check_replica_records(
+    terms: list[ReplicaTerm], writes: list[ReplicaWrite], answers: list[Answer] | None = None
+) -> list[str]:
+    """No two replicas accepted writes at the same time, by the server's clock.
+
+    Every write was made in the session that held the lock in its epoch (same replica,
+    same backend pid), after that epoch's acquisition and before the next one; epochs
+    only grow. Every request the client saw accepted is recorded, as that replica's.
+    """
+    problems: list[str] = []
+    by_epoch = {t.epoch: t for t in terms}
+    if [t.epoch for t in terms] != list(range(1, len(terms) + 1)):
+        problems.append(f"epochs are not 1, 2, 3, ...: {[t.epoch for t in terms]}")
+    for w in writes:
+        term = by_epoch.get(w.epoch)
+        following = by_epoch.get(w.epoch + 1)
+        if term is None:
+            problems.append(f"write {w.request_id} in epoch {w.epoch}, which was never acquired")
+        elif (w.replica, w.pid) != (term.replica, term.pid):
+            problems.append(
+                f"write {w.request_id} by {w.replica} (pid {w.pid}) in epoch {w.epoch} of "
+                f"{term.replica} (pid {term.pid})"
+            )
+        elif w.done_at < term.acquired_at or (following is not None and w.done_at >= following.acquired_at):
+            problems.append(f"write {w.request_id} of epoch {w.epoch} at {w.done_at} falls outside its term")
+    last = 0
+    for w in writes:
+        if w.epoch < last:
+            problems.append(f"write {w.request_id} in epoch {w.epoch} after a write in epoch {last}")
+        last = max(last, w.epoch)
+    if answers is not None:
+        recorded = {w.request_id: w for w in writes}
+        for a in answers:
+            if a.status != 200:
+                continue
+            found = recorded.get(a.request_id)
+            if found is None:
+                problems.append(f"request {a.request_id} was accepted by {a.replica} but is not recorded")
+            elif (found.replica, found.epoch) != (a.replica, a.epoch):
+                problems.append(f"request {a.request_id} answered as {a.replica} but recorded as {w.replica}")
+    return problems
+
+
+# -- the demo ------------------------------------------------------------------------
+
+
+def active_replica(replicas: list[ReplicaProcess], admin: psycopg.Connection[Any]) -> ReplicaProcess | None:
+    holder = Driver(admin).replica_holder()
+    if holder is None or holder.replica is None:
+        return None
+    return next((r for r in replicas if r.replica == holder.replica), None)
+
+
+def wait_for_active(
+    replicas: list[ReplicaProcess], admin: psycopg.Connection[Any], *, other_than: str | None = None
+) -> ReplicaProcess:
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        found = active_replica(replicas, admin)
+        if found is not None and found.replica != other_than:
+            return found
+        time.sleep(0.02)
+    raise TimeoutError("no active replica within 30 s")
+
+
+def run_replica_demo(
+    admin_conninfo: str, *, workdir: Path, settings: ReplicaSettings | None = None, out: IO[str] | None = None
+) -> bool:
+    """Three replicas behind HAProxy, a client, the active replica SIGKILLed; True when every check held."""
+    out = out or sys.stdout
+    settings = settings or ReplicaSettings()
+    conninfo = setup_replicas(admin_conninfo)
+    admin = psycopg.connect(admin_conninfo, autocommit=True)
+    print(
+        f"\ntenure demo, replicas: 3 replicas of a small HTTP service behind HAProxy, one active; "
+        f"acquisition and ping every {settings.interval} s, idle_session_timeout {settings.idle_timeout} s, "
+        f"grace {settings.grace} s, health check every {settings.check_interval} s",
+        file=out,
+    )
+    replicas = [
+        ReplicaProcess(conninfo, f"replica-{n}", workdir / f"replica-{n}.log", settings=settings)
+        for n in (1, 2, 3)
+    ]
+    try:
+        with HAProxy(
+            [(r.name, r.port) for r in replicas], workdir, check_interval=settings.check_interval
+        ) as haproxy:
+            first = wait_for_active(replicas, admin)
+            client = Client(haproxy.url).start()
+            client.wait_success_after(time.monotonic())
+            print(f"  {first.name} is active; the client writes through {haproxy.url} for 2 s", file=out)
+            time.sleep(2)
+            killed_at = time.monotonic()
+            first.signal(signal.SIGKILL)
+            print(f"  SIGKILL {first.name} (pid {first.process.pid})", file=out)
+            success = client.wait_success_after(killed_at, other_than=first.replica)
+            failed = client.failed_between(killed_at, success.done)
+            took = success.done - killed_at
+            print(
+                f"  {success.replica} answers through HAProxy {took:.3f} s after the kill "
+                f"(bound {settings.failover_bound:.2f} s: grace + 3 intervals + 2 health checks; the dead "
+                f"replica's reservation ran out first); {failed} requests failed meanwhile",
+                file=out,
+            )
+            time.sleep(2)
+            client.stop()
+    finally:
+        for replica in replicas:
+            replica.stop()
+    terms, writes = read_replica_records(admin)
+    admin.close()
+    print("\ntimeline of the lock (server clock, UTC):", file=out)
+    for t in terms:
+        count = sum(1 for w in writes if w.epoch == t.epoch)
+        print(
+            f"  epoch {t.epoch}: {t.replica:<22} pid {t.pid:<7} from {t.acquired_at:%H:%M:%S.%f} "
+            f"{count:5d} writes",
+            file=out,
+        )
+    answers = client.answers
+    accepted = sum(1 for a in answers if a.status == 200)
+    problems = check_replica_records(terms, writes, answers)
+    for problem in problems:
+        print(f"  VIOLATION: {problem}", file=out)
+    if not problems:
+        print(
+            f"checked: {accepted} of {len(answers)} requests accepted, every one recorded; all {len(writes)} "
+            "writes made by the lock holder of their epoch inside its term: never two active replicas",
+            file=out,
+        )
+    print(f"replica logs: {workdir}", file=out)
+    return not problems
+
+
+if __name__ == "__main__":
+    replica_main()

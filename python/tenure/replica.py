@@ -1,0 +1,496 @@
+"""Active/passive replicas behind a load balancer: leadership bound to a database connection.
+
+Several replicas of a service share one database. Exactly one is active: its
+``ReplicaManager`` holds tenure's session-level advisory lock on a dedicated
+connection, the lock connection, and every write of the replica goes through that
+connection, each write transaction starting with ``replica_guard`` (``manager.write()``
+does both). The passive replicas try to acquire the lock every ``interval``.
+
+- Lock loss: when the lock connection breaks, the replica is passive at once (writes in
+  flight fail with it); for ``grace`` seconds it reconnects and reclaims the lock, which
+  the database reserves for it by the server's clock (``replica_acquire`` refuses the
+  others until ``grace + 2 * interval`` after its last ping), so a blip shorter than the
+  grace period keeps the same replica active. A lock session ended by an administrator
+  (``pg_terminate_backend``) is taken as an order to fail over: the replica drops its
+  reservation and stays out for the grace period (at least 3 intervals) before
+  competing again.
+- Hang: the lock session carries ``idle_session_timeout`` (``idle_timeout``, a few
+  intervals) and the active replica pings every interval, so the server ends a frozen
+  replica's session and frees the lock; on waking, the watchdog has made it passive
+  before it can write (no successful ping within ``idle_timeout`` of when it was sent,
+  on the monotonic clock), and its dead connection could not write anyway.
+- ``ReplicaServer`` answers the load balancer (``GET /health/active`` 200 only on the
+  active replica, ``GET /health/live``) and serves the application's routes;
+  ``active_only`` makes a route refuse requests while the replica is passive.
+- A transaction-pooling proxy between the replica and the server (pgbouncer with
+  ``pool_mode = transaction``) cannot keep a session lock: ``start()`` detects one and
+  refuses to run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+
+from tenure.connect import connect, instance_name
+from tenure.driver import Driver, ReplicaGrant
+from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
+from tenure.loop import CycleLoop
+
+log = logging.getLogger(__name__)
+
+ADMIN_SHUTDOWN = "57P01"  # the session was ended by pg_terminate_backend (or a server shutdown)
+
+
+@dataclass(frozen=True)
+class ReplicaTiming:
+    """Seconds: ping and acquisition ``interval``, the lock session's ``idle_timeout``, ``grace``."""
+
+    interval: float
+    idle_timeout: float
+    grace: float
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise InvalidConfiguration(f"replica interval must be positive, got {self.interval!r} s")
+        if not self.idle_timeout > 2 * self.interval:
+            raise InvalidConfiguration(
+                f"idle timeout must be longer than twice the interval: idle_timeout={self.idle_timeout} s, "
+                f"interval={self.interval} s",
+                hint="Choose idle_timeout = 3 * interval: the active replica pings every interval and the "
+                "server ends its lock session after idle_timeout without a statement.",
+            )
+        if not self.grace >= 0:
+            raise InvalidConfiguration(f"grace period must not be negative, got {self.grace!r} s")
+
+    @property
+    def step_aside(self) -> float:
+        """How long a replica whose lock session an operator ended stays out of the competition."""
+        return max(3 * self.interval, self.grace)
+
+    @property
+    def reserve(self) -> float | None:
+        """How long after its last ping the lock stays reserved for the active replica."""
+        return self.grace + 2 * self.interval if self.grace > 0 else None
+
+
+class ReplicaManager(CycleLoop):
+    """Holds or competes for a replica lock in a background thread; a context manager.
+
+    ``on_active(epoch)`` runs when this replica becomes active, ``on_passive(reason)``
+    when it stops being active, on whichever thread noticed. Leaving the ``with`` block
+    releases the lock, so a passive replica takes over at its next try.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        name: str | None = None,
+        counter: int = 0,
+        scope: str | None = None,
+        interval: float = 0.5,
+        idle_timeout: float | None = None,
+        grace: float | None = None,
+        on_active: Callable[[int], None] | None = None,
+        on_passive: Callable[[str], None] | None = None,
+        check_pooling: bool = True,
+    ) -> None:
+        self.timing = ReplicaTiming(
+            interval=interval,
+            idle_timeout=3 * interval if idle_timeout is None else idle_timeout,
+            grace=4 * interval if grace is None else grace,
+        )
+        self.name = instance_name(name)
+        self.counter = counter
+        self.scope = scope
+        self.check_pooling = check_pooling
+        super().__init__(
+            conninfo, period=interval, safe_window=self.timing.idle_timeout, label=f"replica {self.name}"
+        )
+        self._on_active = on_active
+        self._on_passive = on_passive
+        self._epoch: int | None = None
+        self._since = time.monotonic()
+        self.lock_id: int | None = None
+        self.last_answer: ReplicaGrant | None = None
+        self._grace_until = 0.0
+        self._backoff_until = 0.0
+        self._drop_reservation = False
+        self._writing = threading.Lock()  # one user of the lock connection at a time
+
+    # -- what the application asks ---------------------------------------------------
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this replica is active in, or None when it is passive."""
+        with self._state:
+            return self._epoch if time.monotonic() < self._deadline else None
+
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    @property
+    def role(self) -> str:
+        return "active" if self.is_active() else "passive"
+
+    def in_grace(self) -> bool:
+        """True while reclaiming the lock after losing the lock connection."""
+        return time.monotonic() < self._grace_until
+
+    def status(self) -> dict[str, object]:
+        """Role, lock id, epoch and seconds in the role, for the health endpoint."""
+        with self._state:
+            epoch = self._epoch if time.monotonic() < self._deadline else None
+            in_role = time.monotonic() - self._since
+        return {
+            "role": "active" if epoch is not None else "passive",
+            "replica": self.name,
+            "lock_id": self.lock_id,
+            "epoch": epoch,
+            "in_role_s": round(in_role, 3),
+            "reclaiming": epoch is None and self.in_grace(),
+        }
+
+    def wait_until_active(self, timeout: float | None = None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            while not (self._epoch is not None and time.monotonic() < self._deadline):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state.wait(left)
+            return True
+
+    @contextmanager
+    def write(self) -> Iterator[psycopg.Connection[Any]]:
+        """The lock connection inside a transaction that passed ``replica_guard``.
+
+        Raises NotPrimary when this replica is passive, or when the database says the
+        session no longer holds the lock in this replica's epoch; the transaction
+        commits when the block ends without an exception.
+        """
+        with self._writing:
+            epoch = self.epoch
+            connection = self._connection
+            if epoch is None or connection is None or connection.closed:
+                raise NotPrimary(
+                    f"replica {self.name} is passive: it makes no writes",
+                    hint="Send the request to the active replica (through the load balancer) and retry.",
+                )
+            try:
+                with connection.transaction():
+                    Driver(connection).replica_guard(epoch=epoch, counter=self.counter, scope=self.scope)
+                    yield connection
+            except psycopg.Error as error:
+                if connection.broken or connection.closed:
+                    self._lost(error)
+                raise
+            except NotPrimary as refused:
+                self._demote(f"write refused: {refused.message}")
+                raise
+
+    def start(self) -> Self:
+        if self.check_pooling:
+            self._refuse_transaction_pooling()
+        return super().start()
+
+    # -- the cycle ---------------------------------------------------------------------
+
+    def _driver(self) -> Driver:
+        if self._connection is None or self._connection.closed:
+            self._connection = connect(
+                self.conninfo,
+                application_name=f"tenure replica {self.name}",
+                deadline=self.timing.idle_timeout,
+                idle_session_timeout=self.timing.idle_timeout,
+            )
+            # Again by SQL: a proxy (pgbouncer's ignore_startup_parameters) may drop the
+            # startup options, and without the timeout a frozen replica keeps the lock.
+            Driver(self._connection).set_idle_session_timeout(self.timing.idle_timeout)
+        return Driver(self._connection)
+
+    def _refuse_transaction_pooling(self) -> None:
+        """Two connections must reach two server sessions, and one connection always the same."""
+        lock = self._driver()
+        with connect(
+            self.conninfo, application_name=f"tenure replica probe {self.name}", deadline=5.0
+        ) as probe:
+            first = lock.backend_pid()
+            for _ in range(3):
+                other = Driver(probe).backend_pid()
+                again = lock.backend_pid()
+                if other == first or again != first:
+                    self._close()
+                    raise InvalidConfiguration(
+                        "tenure replicas cannot run through a transaction-pooling proxy: a session "
+                        "advisory lock would be held by a server session that other clients share",
+                        detail=f"Two connections were served by server process {first}"
+                        if other == first
+                        else f"One connection was served by server processes {first} and {again}.",
+                        hint="Connect the replica's lock connection to PostgreSQL directly or through "
+                        "a session-pooling proxy (pgbouncer pool_mode = session).",
+                    )
+
+    def _cycle(self, driver: Driver) -> None:
+        with self._state:
+            epoch = self._epoch
+        if epoch is not None:
+            sent = time.monotonic()
+            try:
+                with self._writing:
+                    driver.replica_ping(
+                        self.name,
+                        epoch,
+                        reserve=self.timing.reserve,
+                        counter=self.counter,
+                        scope=self.scope,
+                    )
+            except (psycopg.Error, TenureError) as error:
+                self._lost(error)
+                return
+            self._confirm(epoch, sent + self.timing.idle_timeout)
+            return
+        try:
+            if self._drop_reservation:
+                # Let the others acquire first: drop the reservation, then stay out a while.
+                with self._writing:
+                    driver.replica_release(self.name, counter=self.counter, scope=self.scope)
+                self._drop_reservation = False
+                self._backoff_until = time.monotonic() + self.timing.step_aside
+            if time.monotonic() < self._backoff_until:
+                return
+            sent = time.monotonic()
+            with self._writing:
+                grant = driver.replica_acquire(
+                    self.name, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
+                )
+        except psycopg.Error as error:
+            log.warning("%s: acquisition failed: %s", self.label, error)
+            self._close_connection()
+            return
+        self.lock_id = grant.lock_id
+        self.last_answer = grant
+        if grant.acquired:
+            self._confirm(grant.epoch, sent + self.timing.idle_timeout)
+
+    def _cycle_failed(self, reason: str) -> None:
+        self._demote(f"lock connection failed: {reason}")
+
+    def _holding(self) -> bool:
+        return self._epoch is not None
+
+    def _expire(self) -> None:
+        self._demote("no successful ping within the idle timeout", only_if_expired=True)
+
+    def _stopped(self) -> None:
+        self._demote("stopped")
+
+    def _leave(self, driver: Driver) -> None:
+        driver.replica_release(self.name, counter=self.counter, scope=self.scope)
+
+    # -- role changes ------------------------------------------------------------------
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+    def _lost(self, error: Exception) -> None:
+        """The lock connection broke, or the database says the lock is no longer ours."""
+        self._close_connection()  # whatever the session still holds, it holds no longer
+        sqlstate = getattr(error, "sqlstate", None)
+        terminated = sqlstate == ADMIN_SHUTDOWN or "administrator command" in str(error)
+        if terminated:
+            # An operator ended the lock session: fail over rather than reclaim.
+            self._drop_reservation = True
+            self._demote("lock session terminated by an administrator: failing over")
+        elif isinstance(error, TenureError):
+            self._demote(f"lock no longer held: {error}")
+        else:
+            self._grace_until = time.monotonic() + self.timing.grace
+            first_line = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+            self._demote(f"lock connection lost ({first_line}): reclaiming for {self.timing.grace} s")
+
+    def _confirm(self, epoch: int, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            self._demote("ping answered too late")
+            return
+        with self._state:
+            previous = self._epoch
+            self._epoch, self._deadline = epoch, deadline
+            if previous != epoch:
+                self._since = time.monotonic()
+            self._state.notify_all()
+        if previous == epoch:
+            return
+        self._grace_until = 0.0
+        if previous is not None:
+            self._call(self._on_passive, f"epoch {previous} ended")
+        log.info("%s: active in epoch %d", self.name, epoch)
+        self._call(self._on_active, epoch)
+
+    def _demote(self, reason: str, *, only_if_expired: bool = False) -> None:
+        with self._state:
+            if self._epoch is None or (only_if_expired and time.monotonic() < self._deadline):
+                return
+            self._epoch = None
+            self._deadline = 0.0
+            self._since = time.monotonic()
+            self._state.notify_all()
+        log.info("%s: passive: %s", self.name, reason)
+        self._call(self._on_passive, reason)
+
+    def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
+        if callback is None:
+            return
+        try:
+            callback(argument)
+        except Exception:
+            log.exception("%s: callback %r failed", self.name, callback)
+
+
+# -- HTTP: the load balancer's health check and the application's routes ----------------
+
+Route = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+
+
+def active_only(manager: ReplicaManager) -> Callable[[Route], Route]:
+    """A route decorator: while the replica is passive, answer 503 with a clear error.
+
+    A write refused on the way (NotPrimary) is answered the same way.
+    """
+
+    def decorate(route: Route) -> Route:
+        @functools.wraps(route)
+        def guarded(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            refusal = {
+                "error": f"replica {manager.name} is passive and serves no requests; "
+                "send them to the active replica through the load balancer",
+                "role": "passive",
+                "replica": manager.name,
+            }
+            if not manager.is_active():
+                return 503, refusal
+            try:
+                return route(request)
+            except NotPrimary as refused:
+                return 503, {**refusal, "error": f"{refusal['error']} ({refused.message})"}
+
+        return guarded
+
+    return decorate
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Load balancers close their health-check connections with a reset: not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class ReplicaServer:
+    """Serves ``/health/active``, ``/health/live`` and the given routes, on a background thread.
+
+    ``routes`` maps (method, path) to a function of the JSON request body that
+    returns (status, JSON body).
+    """
+
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        routes: dict[tuple[str, str], Route] | None = None,
+    ) -> None:
+        self.manager = manager
+        self.routes = dict(routes or {})
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                server._answer(self, "GET")
+
+            def do_POST(self) -> None:
+                server._answer(self, "POST")
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = _QuietServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _answer(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        status: int
+        body: dict[str, Any]
+        length = int(request.headers.get("Content-Length") or 0)
+        raw = request.rfile.read(length) if length else b""
+        path = request.path.split("?", 1)[0]
+        if method == "GET" and path == "/health/active":
+            body = self.manager.status()
+            status = 200 if body["role"] == "active" else 503
+        elif method == "GET" and path == "/health/live":
+            status, body = 200, {"live": True, **self.manager.status()}
+        elif (method, path) in self.routes:
+            try:
+                payload = json.loads(raw) if raw else {}
+            except ValueError as error:
+                status, body = 400, {"error": f"request body is not JSON: {error}"}
+            else:
+                try:
+                    status, body = self.routes[(method, path)](payload)
+                except Exception as error:
+                    log.exception("route %s %s failed", method, path)
+                    status, body = 500, {"error": f"{error.__class__.__name__}: {error}"}
+        else:
+            known = ", ".join(f"{m} {p}" for m, p in [("GET", "/health/active"), ("GET", "/health/live")])
+            status, body = 404, {"error": f"no route {method} {path}; try {known}"}
+        data = json.dumps(body, default=str).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.send_header("Cache-Control", "no-store")
+        request.end_headers()
+        request.wfile.write(data)
+
+    def start(self) -> ReplicaServer:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="tenure-replica-http", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> ReplicaServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
