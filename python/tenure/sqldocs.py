@@ -179,21 +179,23 @@ def generate(conninfo: str) -> str:
         return render(*read_catalog(conn))
 
 
-_SECTION = re.compile(r"^#{2,3} (?:Type |View )?tenure\.(\w+)\n(.*?)(?=^#{2,3} |\Z)", re.M | re.S)
+_SECTION = re.compile(r"^#{2,3} (Type |View )?tenure\.(\w+)\n(.*?)(?=^#{2,3} |\Z)", re.M | re.S)
 _QUOTE = re.compile(r"(?:^> ?.*\n?)+", re.M)
 
 
 def stale_quotes(markdown: str, functions: list[Function], relations: list[Relation]) -> list[str]:
     """Hand-written pages quote COMMENT ON texts as a block quote under a heading ``tenure.name``:
     the names whose first quote differs from the catalog's comment (whitespace aside)."""
-    comments = {f.name: f.comment for f in functions} | {r.name: r.comment for r in relations}
+    # A type and a function may share a name: a "Type " or "View " heading names the relation.
+    comments = {("", f.name): f.comment for f in functions} | {("rel", r.name): r.comment for r in relations}
     stale = []
-    for name, body in _SECTION.findall(markdown):
+    for kind, name, body in _SECTION.findall(markdown):
         quote = _QUOTE.search(body)
-        if quote is None or name not in comments:
+        key = ("rel" if kind else "", name)
+        if quote is None or key not in comments:
             continue
         quoted = re.sub(r"^> ?", "", quote.group(0), flags=re.M)
-        if quoted.split() != comments[name].split():
+        if quoted.split() != comments[key].split():
             stale.append(name)
     return stale
 
