@@ -36,7 +36,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     echo "preparing .venv"
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-    .venv/bin/pip install -q --disable-pip-version-check -e 'python[test]'
+    .venv/bin/pip install -q --disable-pip-version-check -e 'python[test,plots]'
     echo "$want" >"$stamp"
 fi
 

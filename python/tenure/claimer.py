@@ -19,6 +19,7 @@ from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.loop import CycleLoop
+from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Claimer(CycleLoop):
         name: str | None = None,
         on_gained: Callable[[Keys], None] | None = None,
         on_lost: Callable[[Keys], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not cycle > 0:
             raise InvalidConfiguration(f"cycle must be positive, got {cycle!r} s")
@@ -62,7 +64,13 @@ class Claimer(CycleLoop):
         self.instance_id = uuid.uuid4()
         self.name = instance_name(name)
         super().__init__(
-            conninfo, period=cycle, safe_window=expiry - cycle, label=f"claimer {keyspace} {self.name}"
+            conninfo,
+            period=cycle,
+            safe_window=expiry - cycle,
+            label=f"claimer {keyspace} {self.name}",
+            metrics=metrics,
+            runtime="claims",
+            metric_name=keyspace,
         )
         self._on_gained = on_gained
         self._on_lost = on_lost
@@ -133,6 +141,9 @@ class Claimer(CycleLoop):
             self._state.notify_all()
         lost = {k: e for k, e in before.items() if held.get(k) != e}
         gained = {k: e for k, e in held.items() if before.get(k) != e}
+        self.metrics.claims_held.labels(self.keyspace).set(len(held))
+        self.metrics.claims_lost.labels(self.keyspace).inc(len(lost))
+        self.metrics.claims_gained.labels(self.keyspace).inc(len(gained))
         if lost:
             log.info("%s: lost %d keys of %s (%s)", self.name, len(lost), self.keyspace, reason)
             self._call(self._on_lost, lost)

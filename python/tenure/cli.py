@@ -11,6 +11,8 @@ import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tenure.driver import Driver, TaskRow
 from tenure.elector import Elector
 from tenure.errors import TenureError
 from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
+from tenure.metrics import Metrics, MetricsServer
 from tenure.queue import SubmissionPool
 from tenure.replica import ReplicaManager, ReplicaServer
 from tenure.shutdown import wait_for_shutdown
@@ -79,6 +82,18 @@ TASK_EXAMPLES = {
     "purge": "example: tenure task purge --older-than 604800 --include-dead",
     "worker": "example: tenure task worker --module myapp.tasks --concurrency 8 --lease 30",
 }
+
+
+@contextmanager
+def _metrics_server(address: str | None, metrics: Metrics) -> Iterator[None]:
+    """Serve ``metrics`` at http://HOST:PORT/metrics while the block runs, if an address is given."""
+    if not address:
+        yield
+        return
+    host, _, port = address.rpartition(":")
+    with MetricsServer(metrics, host=host or "127.0.0.1", port=int(port)) as server:
+        _say(f"serving {server.url}")
+        yield
 
 
 def _stamp() -> str:
@@ -290,7 +305,7 @@ def cmd_task_worker(args: argparse.Namespace) -> int:
         shutdown_grace=args.grace,
         name=args.name,
     )
-    with worker:
+    with worker, _metrics_server(args.metrics, worker.metrics):
         _say(
             f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
             f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s"
@@ -341,7 +356,7 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
-    with claimer:
+    with claimer, _metrics_server(args.metrics, claimer.metrics):
         wait_for_shutdown()
         _say("shutting down: releasing every claim")
     _say("released")
@@ -420,7 +435,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
         listen=not args.no_listen,
         name=args.name,
     )
-    with pool:
+    with pool, _metrics_server(args.metrics, pool.metrics):
         _say(
             f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
             f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
@@ -549,7 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     elect.add_argument("--interval", type=float, default=1.0, help="heartbeat interval I in seconds (1)")
     elect.add_argument("--timeout", type=float, default=3.0, help="timeout T in seconds, > 2I (3)")
     elect.add_argument("--name", help="instance name shown in pg_stat_activity (host name)")
-    elect.add_argument("--http", metavar="HOST:PORT", help="serve GET /primary and /health/live there")
+    elect.add_argument(
+        "--http", metavar="HOST:PORT", help="serve GET /primary, /health/live and /metrics there"
+    )
     elect.set_defaults(run=cmd_elect)
 
     primary = command("primary", "print the live primary of a service type (exit 3 when there is none)")
@@ -684,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
     worker.add_argument("--grace", type=float, default=5.0, help="seconds to finish tasks on shutdown (5)")
     worker.add_argument("--name", help="instance name shown in pg_stat_activity")
+    worker.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there")
     worker.set_defaults(run=cmd_task_worker)
 
     claim = command("claim", "register, retire and list keys, or hold a fair share of them")
@@ -709,6 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cycle", type=float, default=1.0, help="seconds between renew-and-take cycles (1)")
     run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
+    run.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there")
     run.set_defaults(run=cmd_claim_run)
 
     status = command("status", "one screen of primaries, claims, tasks and batch queues, from tenure's views")
@@ -771,6 +790,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch_run.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls (0.2)")
     batch_run.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
     batch_run.add_argument("--name", help="instance name shown in pg_stat_activity")
+    batch_run.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there"
+    )
     batch_run.set_defaults(run=cmd_batch_run)
     deploy = command(
         "deploy",
@@ -801,7 +823,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run", "hold the replica lock while active, print role changes, serve /health/active"
     )
     replica_run.add_argument("--name", help="replica name shown in pg_stat_activity (host name)")
-    replica_run.add_argument("--http", metavar="HOST:PORT", help="serve GET /health/active and /health/live")
+    replica_run.add_argument(
+        "--http", metavar="HOST:PORT", help="serve GET /health/active, /health/live and /metrics"
+    )
     replica_run.add_argument("--interval", type=float, default=0.5, help="ping / acquisition interval (0.5)")
     replica_run.add_argument(
         "--idle-timeout", type=float, help="idle_session_timeout of the lock session (3 intervals)"

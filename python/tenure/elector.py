@@ -20,6 +20,7 @@ from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.loop import CycleLoop
+from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Elector(CycleLoop):
         name: str | None = None,
         on_elected: Callable[[int], None] | None = None,
         on_demoted: Callable[[str], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.timing = ElectionTiming(interval=interval, timeout=timeout)
         if not utype or not utype.strip() or len(utype) > 200:
@@ -81,6 +83,9 @@ class Elector(CycleLoop):
             period=interval,
             safe_window=self.timing.safe_window,
             label=f"elector {utype} {self.name}",
+            metrics=metrics,
+            runtime="heartbeat",
+            metric_name=utype,
         )
         self._on_elected = on_elected
         self._on_demoted = on_demoted
@@ -166,7 +171,11 @@ class Elector(CycleLoop):
         if previous == term:
             return
         if previous is not None:
+            self.metrics.demotions.labels(self.utype).inc()
             self._call(self._on_demoted, f"term {previous} ended")
+        self.metrics.primary.labels(self.utype).set(1)
+        self.metrics.term.labels(self.utype).set(term)
+        self.metrics.elections.labels(self.utype).inc()
         log.info("%s: primary of %s in term %d", self.name, self.utype, term)
         self._call(self._on_elected, term)
 
@@ -177,6 +186,9 @@ class Elector(CycleLoop):
             self._term = None
             self._deadline = 0.0
             self._state.notify_all()
+        self.metrics.primary.labels(self.utype).set(0)
+        self.metrics.term.labels(self.utype).set(0)
+        self.metrics.demotions.labels(self.utype).inc()
         log.info("%s: no longer primary of %s: %s", self.name, self.utype, reason)
         self._call(self._on_demoted, reason)
 

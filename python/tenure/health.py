@@ -1,7 +1,8 @@
 """The local primary API: the seed's CheckPrimary over HTTP on the elector's host.
 
 ``PrimaryEndpoint`` serves an elector's view: ``GET /primary`` answers 200 on the
-primary and 503 otherwise, ``GET /health/live`` 200 while the process serves.
+primary and 503 otherwise, ``GET /health/live`` 200 while the process serves, and
+``GET /metrics`` the elector's Prometheus metrics.
 ``PrimaryWatch`` is the other side, for a service on the same host that must only
 work while its local elector is primary: it polls the endpoint and counts an answer
 only for T - I after the request was sent.
@@ -19,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from tenure.elector import Elector
+from tenure.metrics import send_metrics
 
 
 class PrimaryEndpoint:
@@ -61,8 +63,14 @@ class PrimaryEndpoint:
             }
         elif request.path == "/health/live":
             status, body = 200, {"live": True, "instance_id": str(elector.instance_id)}
+        elif request.path == "/metrics":
+            send_metrics(request, elector.metrics)
+            return
         else:
-            status, body = 404, {"error": f"no such path {request.path!r}; try /primary or /health/live"}
+            status, body = (
+                404,
+                {"error": f"no such path {request.path!r}; try /primary, /health/live or /metrics"},
+            )
         payload = json.dumps(body).encode()
         request.send_response(status)
         request.send_header("Content-Type", "application/json")

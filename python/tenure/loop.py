@@ -15,6 +15,7 @@ import psycopg
 
 from tenure.connect import connect
 from tenure.driver import Driver
+from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,21 @@ log = logging.getLogger(__name__)
 class CycleLoop:
     """Subclasses implement ``_cycle``, ``_cycle_failed``, ``_holding``, ``_expire`` and ``_leave``."""
 
-    def __init__(self, conninfo: str, *, period: float, safe_window: float, label: str) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        period: float,
+        safe_window: float,
+        label: str,
+        metrics: Metrics | None,
+        runtime: str,
+        metric_name: str,
+    ) -> None:
         self.conninfo = conninfo
+        self.metrics = metrics or Metrics()
+        self._cycle_seconds = self.metrics.cycle_seconds.labels(runtime, metric_name)
+        self._cycle_failures = self.metrics.cycle_failures.labels(runtime, metric_name)
         self.period = period
         self.safe_window = safe_window
         self.label = label
@@ -108,13 +122,16 @@ class CycleLoop:
         next_cycle = time.monotonic()
         while not self._stopping.is_set():
             try:
-                self._cycle(self._driver())
+                with self._cycle_seconds.time():
+                    self._cycle(self._driver())
             except psycopg.Error as error:
                 log.warning("%s: cycle failed: %s", self.label, error)
+                self._cycle_failures.inc()
                 self._close()
                 self._cycle_failed(error.__class__.__name__)
             except Exception as error:
                 log.exception("%s: cycle failed", self.label)
+                self._cycle_failures.inc()
                 self._cycle_failed(repr(error))
             next_cycle = max(next_cycle + self.period, time.monotonic())
             self._stopping.wait(next_cycle - time.monotonic())

@@ -30,6 +30,7 @@ from tenure.claimer import Claimer, Keys
 from tenure.connect import listen
 from tenure.driver import BatchGrant, Driver, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
+from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class SubmissionPool:
         poll_interval: float = 0.2,
         listen: bool = True,
         name: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if submitters < 1 or depth < 1:
             raise InvalidConfiguration(f"need at least one submitter and depth 1: {submitters}, {depth}")
@@ -108,7 +110,16 @@ class SubmissionPool:
         self.poll_interval = poll_interval
         self.listen = listen
         self.conninfo = conninfo
-        self.claimer = Claimer(conninfo, keyspace, cycle=cycle, expiry=expiry, name=name, on_lost=self._lost)
+        self.metrics = metrics or Metrics()
+        self.claimer = Claimer(
+            conninfo,
+            keyspace,
+            cycle=cycle,
+            expiry=expiry,
+            name=name,
+            on_lost=self._lost,
+            metrics=self.metrics,
+        )
         self.pool: ConnectionPool[Any] = ConnectionPool(
             conninfo, min_size=1, max_size=submitters + 2, kwargs={"autocommit": True}, open=False
         )
@@ -207,6 +218,8 @@ class SubmissionPool:
                 # sorted: a batch the ledger lost comes back before later ones still waiting
                 bisect.insort(self._order[batch.key], batch.seq)
                 self._unsubmitted.add(batch.id)
+            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
+        self.metrics.batches_selected.labels(self.keyspace).inc(len(batches))
 
     def _submit_in_order(self, batch: BatchGrant) -> None:
         with self._order_changed:
@@ -222,6 +235,7 @@ class SubmissionPool:
         if self.claimer.epoch(batch.key) != batch.claim_epoch or not self._still_held(batch):
             with self._order_changed:
                 self.skipped += 1
+            self.metrics.batches_skipped.labels(self.keyspace).inc()
             return
         with self._order_changed:
             self._unsubmitted.discard(batch.id)
@@ -236,6 +250,8 @@ class SubmissionPool:
             )
         with self._order_changed:
             self.submitted += 1
+            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
+        self.metrics.batches_submitted.labels(self.keyspace).inc()
         self._resolve_soon.set()
 
     def _still_held(self, batch: BatchGrant) -> bool:
@@ -280,6 +296,7 @@ class SubmissionPool:
         with self.pool.connection() as connection:
             driver = Driver(connection)
             pending = driver.batch_pending(self.keyspace, instance)
+            self.metrics.queue_pending.labels(self.keyspace).set(len(pending))
             with self._order_changed:
                 submitted = [batch for batch in pending if batch.id not in self._unsubmitted]
             resolutions = []
@@ -291,18 +308,21 @@ class SubmissionPool:
             if not resolutions:
                 return 0, in_flight
             try:
-                return driver.batch_resolve_many(self.keyspace, instance, resolutions), in_flight
+                driver.batch_resolve_many(self.keyspace, instance, resolutions)
+                done = resolutions
             except (ClaimLost, InvalidTransition) as error:
                 # A key changed hands meanwhile: resolve, one by one, what is still ours.
                 log.info("%s: resolving one by one: %s", self.keyspace, error.message)
-            resolved = 0
-            for r in resolutions:
-                try:
-                    driver.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
-                    resolved += 1
-                except (ClaimLost, InvalidTransition) as error:
-                    log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
-            return resolved, in_flight
+                done = []
+                for r in resolutions:
+                    try:
+                        driver.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
+                        done.append(r)
+                    except (ClaimLost, InvalidTransition) as error:
+                        log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
+            for r in done:
+                self.metrics.batches_resolved.labels(self.keyspace, r.status).inc()
+            return len(done), in_flight
 
     # -- notifications ----------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from tenure.connect import connect, instance_name
 from tenure.driver import Driver, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
 from tenure.loop import CycleLoop
+from tenure.metrics import Metrics, send_metrics
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class ReplicaManager(CycleLoop):
         on_active: Callable[[int], None] | None = None,
         on_passive: Callable[[str], None] | None = None,
         check_pooling: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.timing = ReplicaTiming(
             interval=interval,
@@ -118,7 +120,13 @@ class ReplicaManager(CycleLoop):
         self.scope = scope
         self.check_pooling = check_pooling
         super().__init__(
-            conninfo, period=interval, safe_window=self.timing.idle_timeout, label=f"replica {self.name}"
+            conninfo,
+            period=interval,
+            safe_window=self.timing.idle_timeout,
+            label=f"replica {self.name}",
+            metrics=metrics,
+            runtime="replica",
+            metric_name=f"{scope or ''}/{counter}",
         )
         self._on_active = on_active
         self._on_passive = on_passive
@@ -336,6 +344,10 @@ class ReplicaManager(CycleLoop):
         if previous == epoch:
             return
         self._grace_until = 0.0
+        lock = str(self.lock_id)
+        self.metrics.replica_active.labels(lock).set(1)
+        self.metrics.replica_epoch.labels(lock).set(epoch)
+        self.metrics.replica_activations.labels(lock).inc()
         if previous is not None:
             self._call(self._on_passive, f"epoch {previous} ended")
         log.info("%s: active in epoch %d", self.name, epoch)
@@ -349,6 +361,8 @@ class ReplicaManager(CycleLoop):
             self._deadline = 0.0
             self._since = time.monotonic()
             self._state.notify_all()
+        self.metrics.replica_active.labels(str(self.lock_id)).set(0)
+        self.metrics.replica_epoch.labels(str(self.lock_id)).set(0)
         log.info("%s: passive: %s", self.name, reason)
         self._call(self._on_passive, reason)
 
@@ -447,6 +461,9 @@ class ReplicaServer:
         length = int(request.headers.get("Content-Length") or 0)
         raw = request.rfile.read(length) if length else b""
         path = request.path.split("?", 1)[0]
+        if method == "GET" and path == "/metrics":
+            send_metrics(request, self.manager.metrics)
+            return
         if method == "GET" and path == "/health/active":
             body = self.manager.status()
             status = 200 if body["role"] == "active" else 503
@@ -464,7 +481,10 @@ class ReplicaServer:
                     log.exception("route %s %s failed", method, path)
                     status, body = 500, {"error": f"{error.__class__.__name__}: {error}"}
         else:
-            known = ", ".join(f"{m} {p}" for m, p in [("GET", "/health/active"), ("GET", "/health/live")])
+            known = ", ".join(
+                f"{m} {p}"
+                for m, p in [("GET", "/health/active"), ("GET", "/health/live"), ("GET", "/metrics")]
+            )
             status, body = 404, {"error": f"no route {method} {path}; try {known}"}
         data = json.dumps(body, default=str).encode()
         request.send_response(status)

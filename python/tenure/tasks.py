@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool
 from tenure.connect import instance_name, listen
 from tenure.driver import Driver, TaskLease
 from tenure.errors import InvalidConfiguration, LeaseLost
+from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class TaskWorker:
         listen: bool = True,
         shutdown_grace: float = 5.0,
         name: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidConfiguration(f"concurrency must be at least 1, got {concurrency}")
@@ -137,6 +139,7 @@ class TaskWorker:
         self.instance_id = uuid.uuid4()
         self.name = instance_name(name)
         self.stats = WorkerStats()
+        self.metrics = metrics or Metrics()
         self._in_flight: dict[uuid.UUID, Task] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -236,6 +239,8 @@ class TaskWorker:
             with self._lock:
                 self._in_flight[task.id] = task
                 self.stats.acquired += 1
+            self.metrics.tasks_acquired.labels(task.kind).inc()
+            self.metrics.tasks_in_flight.inc()
             # A daemon thread per task (at most `concurrency` at once): a processor that
             # hangs must not keep the process from exiting once its task was released.
             threading.Thread(
@@ -297,6 +302,7 @@ class TaskWorker:
             task.lost.set()
             with self._lock:
                 self.stats.lost += 1
+            self.metrics.task_leases_lost.labels(task.kind).inc()
             log.warning(
                 "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
             )
@@ -329,7 +335,8 @@ class TaskWorker:
                     self.stats.routed += 1
         finally:
             with self._lock:
-                self._in_flight.pop(task.id, None)
+                if self._in_flight.pop(task.id, None) is not None:
+                    self.metrics.tasks_in_flight.dec()
             self._wake.set()
 
     def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
@@ -381,6 +388,10 @@ class TaskWorker:
                 self.stats.released += 1
             elif isinstance(outcome, Fail):
                 self.stats.failed += 1
+        if isinstance(outcome, Complete):
+            self.metrics.tasks_completed.labels(task.kind).inc()
+        elif isinstance(outcome, Fail):
+            self.metrics.tasks_failed.labels(task.kind).inc()
         return True
 
     def _discard(self, task: Task, why: str) -> None:

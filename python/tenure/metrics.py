@@ -1,0 +1,158 @@
+"""Prometheus metrics of tenure's runtimes (prometheus_client), in a registry of their own.
+
+Every runtime (Elector, Claimer, TaskWorker, SubmissionPool, ReplicaManager) takes a
+``metrics=`` argument; pass one :class:`Metrics` to all the runtimes of a process to
+serve them together, or let each make its own. :class:`MetricsServer` serves a
+registry at ``/metrics``; ``tenure elect --http`` and ``tenure replica run --http``
+serve it beside their health endpoints.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler
+from types import TracebackType
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+# Renewals are round trips of a few milliseconds, and slow ones matter up to the safe window.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The metric families; label values name the service type, keyspace, kind or lock."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        # every renewal loop: heartbeat, claims, replica lock
+        self.cycle_seconds = Histogram(
+            "tenure_cycle_duration_seconds",
+            "Time of one renewal cycle (heartbeat, claim renew + take, replica ping), sent to answered",
+            ["runtime", "name"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cycle_failures = Counter(
+            "tenure_cycle_failures", "Renewal cycles that raised", ["runtime", "name"], registry=r
+        )
+        # heartbeat election
+        self.primary = Gauge(
+            "tenure_primary", "1 while this instance is primary of the type", ["utype"], registry=r
+        )
+        self.term = Gauge(
+            "tenure_term", "The term this instance is primary in, 0 when it is not", ["utype"], registry=r
+        )
+        self.elections = Counter(
+            "tenure_elections", "Terms this instance was elected in", ["utype"], registry=r
+        )
+        self.demotions = Counter(
+            "tenure_demotions", "Terms this instance stopped being primary in", ["utype"], registry=r
+        )
+        # claims
+        self.claims_held = Gauge("tenure_claims_held", "Keys this instance holds", ["keyspace"], registry=r)
+        self.claims_gained = Counter("tenure_claims_gained", "Keys gained", ["keyspace"], registry=r)
+        self.claims_lost = Counter("tenure_claims_lost", "Keys lost or given up", ["keyspace"], registry=r)
+        # tasks
+        self.tasks_in_flight = Gauge("tenure_tasks_in_flight", "Tasks leased and being processed", registry=r)
+        self.tasks_acquired = Counter("tenure_tasks_acquired", "Task leases acquired", ["kind"], registry=r)
+        self.tasks_completed = Counter("tenure_tasks_completed", "Tasks completed", ["kind"], registry=r)
+        self.tasks_failed = Counter("tenure_tasks_failed", "Task steps that failed", ["kind"], registry=r)
+        self.task_leases_lost = Counter(
+            "tenure_task_leases_lost", "Task leases lost before the step ended", ["kind"], registry=r
+        )
+        # submission queue
+        self.batches_selected = Counter(
+            "tenure_batches_selected", "Batches selected", ["keyspace"], registry=r
+        )
+        self.batches_submitted = Counter(
+            "tenure_batches_submitted", "Batches handed to submit()", ["keyspace"], registry=r
+        )
+        self.batches_skipped = Counter(
+            "tenure_batches_skipped",
+            "Batches not submitted: their key changed hands",
+            ["keyspace"],
+            registry=r,
+        )
+        self.batches_resolved = Counter(
+            "tenure_batches_resolved", "Batches resolved, by outcome", ["keyspace", "status"], registry=r
+        )
+        self.queue_pending = Gauge(
+            "tenure_queue_pending_batches",
+            "Pending batches of the keys this instance holds",
+            ["keyspace"],
+            registry=r,
+        )
+        self.queue_unsubmitted = Gauge(
+            "tenure_queue_unsubmitted_batches",
+            "Batches selected and not yet submitted",
+            ["keyspace"],
+            registry=r,
+        )
+        # replicas
+        self.replica_active = Gauge(
+            "tenure_replica_active",
+            "1 while this replica is active (holds the lock)",
+            ["lock_id"],
+            registry=r,
+        )
+        self.replica_epoch = Gauge(
+            "tenure_replica_epoch",
+            "The lock epoch this replica is active in, 0 when passive",
+            ["lock_id"],
+            registry=r,
+        )
+        self.replica_activations = Counter(
+            "tenure_replica_activations", "Times this replica became active", ["lock_id"], registry=r
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format and its content type, for an HTTP handler of one's own."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def send_metrics(request: BaseHTTPRequestHandler, metrics: Metrics) -> None:
+    """Answer an HTTP GET /metrics from a handler of tenure's own health endpoints."""
+    data, content_type = metrics.exposition()
+    request.send_response(200)
+    request.send_header("Content-Type", content_type)
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+class MetricsServer:
+    """Serves a :class:`Metrics` registry at ``http://host:port/metrics`` on a background thread."""
+
+    def __init__(self, metrics: Metrics, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.metrics = metrics
+        self.host, self.port = host, port
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start the server first"
+        return f"http://{self.host}:{self._server.server_port}/metrics"
+
+    def start(self) -> MetricsServer:
+        self._server, self._thread = start_http_server(
+            self.port, addr=self.host, registry=self.metrics.registry
+        )
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
