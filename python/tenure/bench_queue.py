@@ -30,6 +30,7 @@ from uuid import UUID
 
 import psycopg
 
+from tenure import plots
 from tenure.driver import BatchGrant, Driver
 from tenure.ledger import SimulatedLedger
 from tenure.queue import SubmissionPool
@@ -219,16 +220,19 @@ def queue_bench(
     print("  submission queue, 8 submitters, a ledger that applies at once; batches committed per second")
     print("  end to end, against a naive FIFO SKIP LOCKED queue with 8 threads and the same ledger:")
     print("    keys  batches  naive FIFO (baseline)  mode            one-round       multi-round (depth 4)")
+    curves: dict[str, list[tuple[float, int]]] = {}
     for count in keys:
         plan = even_plan(count, max(batches, 4 * count))
         total = sum(n for _, n in plan)
         samples, _ = naive_run(admin, conninfo, plan=plan)
+        curves[f"{count} keys, naive FIFO"] = samples
         base = steady_rate(samples, total)
         for n, mode in enumerate(("unconstrained", "serial", "parallel")):
-            rates = [
-                steady_rate(tenure_run(admin, conninfo, plan=plan, mode=mode, depth=d)[0], total)
-                for d in (1, 4)
-            ]
+            rates = []
+            for depth in (1, 4):
+                samples = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)[0]
+                curves[f"{count} keys, {mode}, depth {depth}"] = samples
+                rates.append(steady_rate(samples, total))
             lead = f"    {count:>4}  {total:>7}  {base:>13.0f} /s  1.00" if n == 0 else " " * 41
             print(
                 f"{lead}  {mode:<14} {rates[0]:>6.0f} /s {rates[0] / base:5.2f}   "
@@ -262,11 +266,24 @@ def queue_bench(
             flush=True,
         )
     started = {label: min(t for t, _ in ledger.submissions) for label, ledger in runs.items()}
-    (workdir / "queue-flood.json").write_text(
-        json.dumps(
-            {
-                label: [(t - started[label], key) for t, key in sorted(ledger.submissions)]
-                for label, ledger in runs.items()
-            }
-        )
-    )
+    flood = {
+        label: [(t - started[label], key) for t, key in sorted(ledger.submissions)]
+        for label, ledger in runs.items()
+    }
+    (workdir / "queue-flood.json").write_text(json.dumps(flood))
+    for picture in (
+        plots.throughput(
+            workdir / "queue-throughput.png",
+            title="submission queue: batches committed per second, 8 submitters",
+            series=curves,
+            unit="batches/s",
+        ),
+        plots.per_key(
+            workdir / "queue-flood.png",
+            title=f"submissions per key while 'flood' has {FLOOD_BATCHES} batches waiting",
+            runs=flood,
+            highlight="flood",
+        ),
+    ):
+        if picture is not None:
+            print(f"  picture: {picture}")

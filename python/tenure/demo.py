@@ -26,6 +26,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import class_row
 
+from tenure import plots
 from tenure.connect import connect
 from tenure.driver import Driver
 from tenure.elector import Elector
@@ -343,6 +344,18 @@ def run_demo(
             "fall inside their writer's term",
             file=out,
         )
+    picture = plots.timeline(
+        workdir / "leadership.png",
+        title=f"primary of {utype!r} across a SIGKILL (I = {interval} s, T = {timeout} s)",
+        holds=[
+            (names.get(t.instance_id, str(t.instance_id)[:8]), t.started_at, t.ended_at, f"term {t.term}")
+            for t in terms
+        ],
+        events=[("SIGKILL", killed_at)],
+        out=out,
+    )
+    if picture is not None:
+        print(f"picture: {picture}", file=out)
     print(f"instance logs: {workdir}", file=out)
     return not problems
 

@@ -33,6 +33,7 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import class_row
 
+from tenure import plots
 from tenure.demo import ChildProcess, setup
 from tenure.driver import Driver
 from tenure.replica import ReplicaManager, ReplicaServer, active_only
@@ -485,6 +486,19 @@ def run_replica_demo(
             "writes made by the lock holder of their epoch inside its term: never two active replicas",
             file=out,
         )
+    ends = [t.acquired_at for t in terms[1:]] + [
+        max((w.done_at for w in writes), default=terms[-1].acquired_at)
+    ]
+    picture = plots.timeline(
+        workdir / "replicas.png",
+        title="the active replica across a SIGKILL (lock epochs, until the next acquisition)",
+        holds=[
+            (t.replica, t.acquired_at, end, f"epoch {t.epoch}") for t, end in zip(terms, ends, strict=True)
+        ],
+        out=out,
+    )
+    if picture is not None:
+        print(f"picture: {picture}", file=out)
     print(f"replica logs: {workdir}", file=out)
     return not problems
 

@@ -118,6 +118,8 @@ def test_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Path, caps
     assert "took over in term 2" in output
     assert re.search(r"takeover: [0-9.]+ s after the kill; bound T \+ I = 2.000 s", output)
     assert "no two primaries at any instant" in output
+    assert f"picture: {tmp_path / 'leadership.png'}" in output
+    assert (tmp_path / "leadership.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_task_demo_recovers_the_killed_step(admin_conninfo: str, tmp_path: Path, capsys: Any) -> None:
