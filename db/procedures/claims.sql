@@ -120,31 +120,31 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_share integer;
+    v_excess text[];
 BEGIN
     PERFORM tenure._check_claimer('claim_renew', p_keyspace, p_instance, p_expiry);
     PERFORM tenure._durable();
     v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
-    -- Extend every claim the caller still holds; above the fair share, give up the
-    -- most recently claimed ones, and say so in the result.
+    -- Above the fair share, give up the most recently claimed keys.
+    v_excess := ARRAY(SELECT k.key FROM tenure.claim_key k
+                       WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+                       ORDER BY k.claimed_at, k.key
+                      OFFSET v_share);
+    -- Extend every other claim the caller still holds, in one pass over its keys (a
+    -- join of the keys with their own ranking can turn quadratic), and say what
+    -- became of each. The WHERE is checked again on each row as it is once locked: a
+    -- take that committed meanwhile made the key someone else's.
     RETURN QUERY
-    WITH held AS (
-        SELECT k.key, row_number() OVER (ORDER BY k.claimed_at, k.key) > v_share AS excess
-          FROM tenure.claim_key k
-         WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-    ), changed AS (
+    WITH changed AS (
         UPDATE tenure.claim_key AS k
-           SET claimant        = CASE WHEN held.excess THEN NULL ELSE k.claimant END,
-               expires_at      = CASE WHEN held.excess THEN NULL ELSE v_now + p_expiry END,
-               claimed_at      = CASE WHEN held.excess THEN NULL ELSE k.claimed_at END,
-               unclaimed_since = CASE WHEN held.excess THEN v_now END
-          FROM held
-         WHERE k.keyspace = p_keyspace AND k.key = held.key
-           -- Checked again on the row as it is once locked: a take that committed
-           -- meanwhile made the key someone else's.
-           AND k.claimant = p_instance AND k.expires_at >= v_now
-        RETURNING k.key, k.epoch, k.expires_at, held.excess
+           SET claimant        = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimant END,
+               expires_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE v_now + p_expiry END,
+               claimed_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimed_at END,
+               unclaimed_since = CASE WHEN k.key = ANY (v_excess) THEN v_now END
+         WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+        RETURNING k.key, k.epoch, k.expires_at, k.claimant IS NULL AS released
     )
-    SELECT c.key, c.epoch, c.expires_at, CASE WHEN c.excess THEN 'released' ELSE 'renewed' END
+    SELECT c.key, c.epoch, c.expires_at, CASE WHEN c.released THEN 'released' ELSE 'renewed' END
       FROM changed c
      ORDER BY c.key;
 END
