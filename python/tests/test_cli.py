@@ -279,6 +279,8 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     driver.claim_take("shards", uuid.uuid4(), expiry=60, limit=2)
     driver.task_enqueue("email", {"to": "a@example.org"})
     driver.batch_enqueue("ledger", "po-1", b"x")
+    driver.replica_register()
+    assert driver.replica_acquire("replica-a").acquired  # held by this session until the test ends
 
     def tenure(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -291,7 +293,7 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert "shards               3 keys: 2 claimed, 1 unclaimed" in text.stdout
     assert re.search(r"email\s+new\s+pending\s+1\s+leased\s+0\s+due\s+1", text.stdout)
     assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
-    assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout)
+    assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout), text.stdout
     report = json.loads(tenure("--json").stdout)
     assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
     assert report["claim_keyspaces"][0]["unclaimed"] == 1
