@@ -19,7 +19,7 @@ if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" != false ]; then
     exit 1
 fi
 # The last commit that added (or changed) the tag's line: the release as it was cut.
-commit=$(git log --format=%H -G "^@$tag " -- sqitch.plan | head -1)
+commit=$(git log -1 --format=%H -G "^@$tag " -- sqitch.plan)
 [ -n "$commit" ] || { echo "upgrade-check: no commit adds @$tag to sqitch.plan (commit it first)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/tenure-upgrade.XXXXXX)
