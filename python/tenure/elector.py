@@ -14,12 +14,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
-from tenure.loop import CycleLoop
+from tenure.loop import GrantLoop
 from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ class ElectionTiming:
         return self.timeout - self.interval
 
 
-class Elector(CycleLoop):
+class Elector(GrantLoop):
     """Runs the election loop for one service type in a background thread.
 
     ``on_elected(term)`` runs on the election thread when the database confirms this
@@ -57,6 +56,8 @@ class Elector(CycleLoop):
     being primary, on whichever thread noticed first. Use as a context manager:
     leaving it stops the loop and resigns, so another instance takes over at once.
     """
+
+    grant_name = "term"
 
     def __init__(
         self,
@@ -86,25 +87,16 @@ class Elector(CycleLoop):
             metrics=metrics,
             runtime="heartbeat",
             metric_name=utype,
+            on_gained=on_elected,
+            on_lost=on_demoted,
         )
-        self._on_elected = on_elected
-        self._on_demoted = on_demoted
-        self._term: int | None = None
 
     # -- what the application asks -------------------------------------------------
 
     @property
     def term(self) -> int | None:
         """The term this instance is primary in, or None when it is not primary."""
-        with self._state:
-            return self._term if time.monotonic() < self._deadline else None
-
-    def remaining(self) -> float:
-        """Seconds left of the safe window as primary (0 when not primary)."""
-        with self._state:
-            if self._term is None:
-                return 0.0
-            return max(0.0, self._deadline - time.monotonic())
+        return self._current()
 
     def is_primary(self) -> bool:
         """True only while the last renewal, counted from when it was sent, is within T - I."""
@@ -112,14 +104,7 @@ class Elector(CycleLoop):
 
     def wait_until_primary(self, timeout: float | None = None) -> bool:
         """Block until this instance is primary (True) or ``timeout`` passes (False)."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._state:
-            while not (self._term is not None and time.monotonic() < self._deadline):
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state.wait(left)
-            return True
+        return self._wait_for_grant(timeout)
 
     def stop(self, *, resign: bool = True) -> None:  # type: ignore[override]
         """Stop the loop; with ``resign``, give primacy up in the database at once."""
@@ -129,7 +114,7 @@ class Elector(CycleLoop):
 
     def _cycle(self, driver: Driver) -> None:
         with self._state:
-            primary = self._term is not None
+            primary = self._grant is not None
         if not primary:
             current = driver.get_primary(self.utype)
             if current is not None and current.instance_id != self.instance_id:
@@ -141,13 +126,10 @@ class Elector(CycleLoop):
         if entry.instance_id != self.instance_id:
             self._demote(f"overtaken by {entry.instance_id} in term {entry.term}")
             return
-        self._confirm(entry.term, sent + self.timing.safe_window)
+        self._confirm(entry.term, sent + self.timing.safe_window, too_late="renewal answered too late")
 
     def _cycle_failed(self, reason: str) -> None:
         self._demote(f"heartbeat failed: {reason}")
-
-    def _holding(self) -> bool:
-        return self._term is not None
 
     def _expire(self) -> None:
         self._demote("no successful renewal within T - I", only_if_expired=True)
@@ -159,43 +141,14 @@ class Elector(CycleLoop):
         # Even when not primary locally, the entry may still name us: vacate it.
         driver.heartbeat_resign(self.instance_id, self.utype)
 
-    def _confirm(self, term: int, deadline: float) -> None:
-        if time.monotonic() >= deadline:
-            # The answer came back after the safe window of its own request.
-            self._demote("renewal answered too late")
-            return
-        with self._state:
-            previous = self._term
-            self._term, self._deadline = term, deadline
-            self._state.notify_all()
-        if previous == term:
-            return
-        if previous is not None:
-            self.metrics.demotions.labels(self.utype).inc()
-            self._call(self._on_demoted, f"term {previous} ended")
+    def _gained(self, term: int) -> None:
         self.metrics.primary.labels(self.utype).set(1)
         self.metrics.term.labels(self.utype).set(term)
         self.metrics.elections.labels(self.utype).inc()
         log.info("%s: primary of %s in term %d", self.name, self.utype, term)
-        self._call(self._on_elected, term)
 
-    def _demote(self, reason: str, *, only_if_expired: bool = False) -> None:
-        with self._state:
-            if self._term is None or (only_if_expired and time.monotonic() < self._deadline):
-                return
-            self._term = None
-            self._deadline = 0.0
-            self._state.notify_all()
+    def _lost_grant(self, term: int, reason: str) -> None:
         self.metrics.primary.labels(self.utype).set(0)
         self.metrics.term.labels(self.utype).set(0)
         self.metrics.demotions.labels(self.utype).inc()
         log.info("%s: no longer primary of %s: %s", self.name, self.utype, reason)
-        self._call(self._on_demoted, reason)
-
-    def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
-        if callback is None:
-            return
-        try:
-            callback(argument)
-        except Exception:
-            log.exception("%s: callback %r failed", self.name, callback)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -151,3 +152,102 @@ class CycleLoop:
                     self._expire()
                 finally:
                     self._state.acquire()
+
+
+class GrantLoop(CycleLoop):
+    """A CycleLoop that holds at most one numbered grant at a time, a term or a lock epoch,
+    valid until a deadline on the monotonic clock: the Elector and the ReplicaManager.
+
+    ``on_gained(grant)`` and ``on_lost(reason)`` run once per grant; subclasses implement
+    ``_gained`` and ``_lost_grant`` for what else goes with a change (log, metrics).
+    """
+
+    grant_name = "grant"  # what a grant is called in reasons: "term", "epoch"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        on_gained: Callable[[int], None] | None,
+        on_lost: Callable[[str], None] | None,
+        **loop: Any,
+    ) -> None:
+        super().__init__(conninfo, **loop)
+        self._on_gained = on_gained
+        self._on_lost = on_lost
+        self._grant: int | None = None
+        self._since = time.monotonic()  # when the grant last changed
+
+    def _gained(self, grant: int) -> None:
+        """A new grant (called without _state)."""
+
+    def _lost_grant(self, grant: int, reason: str) -> None:
+        """The grant ended (called without _state)."""
+
+    # -- what the application asks -------------------------------------------------
+
+    def _current(self) -> int | None:
+        with self._state:
+            return self._grant if time.monotonic() < self._deadline else None
+
+    def remaining(self) -> float:
+        """Seconds left of the safe window of the grant (0 without one)."""
+        with self._state:
+            if self._grant is None:
+                return 0.0
+            return max(0.0, self._deadline - time.monotonic())
+
+    def _wait_for_grant(self, timeout: float | None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            while not (self._grant is not None and time.monotonic() < self._deadline):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state.wait(left)
+            return True
+
+    # -- changes -------------------------------------------------------------------
+
+    def _holding(self) -> bool:
+        return self._grant is not None
+
+    def _confirm(self, grant: int, deadline: float, *, too_late: str) -> None:
+        """The database confirmed ``grant`` for an answer to a request sent at deadline - window."""
+        if time.monotonic() >= deadline:
+            self._demote(too_late)  # the answer came back after the safe window of its request
+            return
+        with self._state:
+            previous = self._grant
+            self._grant, self._deadline = grant, deadline
+            if previous != grant:
+                self._since = time.monotonic()
+            self._state.notify_all()
+        if previous == grant:
+            return
+        if previous is not None:
+            reason = f"{self.grant_name} {previous} ended"
+            self._lost_grant(previous, reason)
+            self._call(self._on_lost, reason)
+        self._gained(grant)
+        self._call(self._on_gained, grant)
+
+    def _demote(self, reason: str, *, only_if_expired: bool = False) -> None:
+        with self._state:
+            previous = self._grant
+            if previous is None or (only_if_expired and time.monotonic() < self._deadline):
+                return
+            self._grant = None
+            self._deadline = 0.0
+            self._since = time.monotonic()
+            self._state.notify_all()
+        self._lost_grant(previous, reason)
+        self._call(self._on_lost, reason)
+
+    def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
+        if callback is None:
+            return
+        try:
+            callback(argument)
+        except Exception:
+            log.exception("%s: callback %r failed", self.label, callback)

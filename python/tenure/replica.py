@@ -47,7 +47,7 @@ import psycopg
 from tenure.connect import connect, instance_name
 from tenure.driver import Driver, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
-from tenure.loop import CycleLoop
+from tenure.loop import GrantLoop
 from tenure.metrics import Metrics, send_metrics
 
 log = logging.getLogger(__name__)
@@ -87,13 +87,15 @@ class ReplicaTiming:
         return self.grace + 2 * self.interval if self.grace > 0 else None
 
 
-class ReplicaManager(CycleLoop):
+class ReplicaManager(GrantLoop):
     """Holds or competes for a replica lock in a background thread; a context manager.
 
     ``on_active(epoch)`` runs when this replica becomes active, ``on_passive(reason)``
     when it stops being active, on whichever thread noticed. Leaving the ``with`` block
     releases the lock, so a passive replica takes over at its next try.
     """
+
+    grant_name = "epoch"
 
     def __init__(
         self,
@@ -127,11 +129,9 @@ class ReplicaManager(CycleLoop):
             metrics=metrics,
             runtime="replica",
             metric_name=f"{scope or ''}/{counter}",
+            on_gained=on_active,
+            on_lost=on_passive,
         )
-        self._on_active = on_active
-        self._on_passive = on_passive
-        self._epoch: int | None = None
-        self._since = time.monotonic()
         self.lock_id: int | None = None
         self.last_answer: ReplicaGrant | None = None
         self._grace_until = 0.0
@@ -144,8 +144,7 @@ class ReplicaManager(CycleLoop):
     @property
     def epoch(self) -> int | None:
         """The epoch this replica is active in, or None when it is passive."""
-        with self._state:
-            return self._epoch if time.monotonic() < self._deadline else None
+        return self._current()
 
     def is_active(self) -> bool:
         return self.epoch is not None
@@ -161,7 +160,7 @@ class ReplicaManager(CycleLoop):
     def status(self) -> dict[str, object]:
         """Role, lock id, epoch and seconds in the role, for the health endpoint."""
         with self._state:
-            epoch = self._epoch if time.monotonic() < self._deadline else None
+            epoch = self._grant if time.monotonic() < self._deadline else None
             in_role = time.monotonic() - self._since
         return {
             "role": "active" if epoch is not None else "passive",
@@ -173,14 +172,7 @@ class ReplicaManager(CycleLoop):
         }
 
     def wait_until_active(self, timeout: float | None = None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._state:
-            while not (self._epoch is not None and time.monotonic() < self._deadline):
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state.wait(left)
-            return True
+        return self._wait_for_grant(timeout)
 
     @contextmanager
     def write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -254,7 +246,7 @@ class ReplicaManager(CycleLoop):
 
     def _cycle(self, driver: Driver) -> None:
         with self._state:
-            epoch = self._epoch
+            epoch = self._grant
         if epoch is not None:
             sent = time.monotonic()
             try:
@@ -269,7 +261,7 @@ class ReplicaManager(CycleLoop):
             except (psycopg.Error, TenureError) as error:
                 self._lost(error)
                 return
-            self._confirm(epoch, sent + self.timing.idle_timeout)
+            self._confirm(epoch, sent + self.timing.idle_timeout, too_late="ping answered too late")
             return
         try:
             if self._drop_reservation:
@@ -292,13 +284,10 @@ class ReplicaManager(CycleLoop):
         self.lock_id = grant.lock_id
         self.last_answer = grant
         if grant.acquired:
-            self._confirm(grant.epoch, sent + self.timing.idle_timeout)
+            self._confirm(grant.epoch, sent + self.timing.idle_timeout, too_late="ping answered too late")
 
     def _cycle_failed(self, reason: str) -> None:
         self._demote(f"lock connection failed: {reason}")
-
-    def _holding(self) -> bool:
-        return self._epoch is not None
 
     def _expire(self) -> None:
         self._demote("no successful ping within the idle timeout", only_if_expired=True)
@@ -331,48 +320,18 @@ class ReplicaManager(CycleLoop):
             first_line = str(error).splitlines()[0] if str(error) else error.__class__.__name__
             self._demote(f"lock connection lost ({first_line}): reclaiming for {self.timing.grace} s")
 
-    def _confirm(self, epoch: int, deadline: float) -> None:
-        if time.monotonic() >= deadline:
-            self._demote("ping answered too late")
-            return
-        with self._state:
-            previous = self._epoch
-            self._epoch, self._deadline = epoch, deadline
-            if previous != epoch:
-                self._since = time.monotonic()
-            self._state.notify_all()
-        if previous == epoch:
-            return
+    def _gained(self, epoch: int) -> None:
         self._grace_until = 0.0
         lock = str(self.lock_id)
         self.metrics.replica_active.labels(lock).set(1)
         self.metrics.replica_epoch.labels(lock).set(epoch)
         self.metrics.replica_activations.labels(lock).inc()
-        if previous is not None:
-            self._call(self._on_passive, f"epoch {previous} ended")
         log.info("%s: active in epoch %d", self.name, epoch)
-        self._call(self._on_active, epoch)
 
-    def _demote(self, reason: str, *, only_if_expired: bool = False) -> None:
-        with self._state:
-            if self._epoch is None or (only_if_expired and time.monotonic() < self._deadline):
-                return
-            self._epoch = None
-            self._deadline = 0.0
-            self._since = time.monotonic()
-            self._state.notify_all()
+    def _lost_grant(self, epoch: int, reason: str) -> None:
         self.metrics.replica_active.labels(str(self.lock_id)).set(0)
         self.metrics.replica_epoch.labels(str(self.lock_id)).set(0)
         log.info("%s: passive: %s", self.name, reason)
-        self._call(self._on_passive, reason)
-
-    def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
-        if callback is None:
-            return
-        try:
-            callback(argument)
-        except Exception:
-            log.exception("%s: callback %r failed", self.name, callback)
 
 
 # -- HTTP: the load balancer's health check and the application's routes ----------------
