@@ -11,34 +11,50 @@ only for T - I after the request was sent.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from tenure.elector import Elector
 from tenure.metrics import send_metrics
 
 
-class PrimaryEndpoint:
-    """Serves ``/primary`` and ``/health/live`` for an elector, on a background thread."""
+class _QuietServer(ThreadingHTTPServer):
+    """Load balancers close their health-check connections with a reset: not an error."""
 
-    def __init__(self, elector: Elector, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.elector = elector
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class JsonEndpoint:
+    """A small HTTP server on a background thread whose answers are JSON: the base of
+    the elector's and the replica's endpoints. Subclasses implement ``_answer``."""
+
+    def __init__(self, *, host: str, port: int, thread_name: str) -> None:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive for load balancers and busy clients
+
             def do_GET(self) -> None:
-                endpoint._answer(self)
+                endpoint._answer(self, "GET")
+
+            def do_POST(self) -> None:
+                endpoint._answer(self, "POST")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer((host, port), Handler)
+        self._thread_name = thread_name
         self._thread: threading.Thread | None = None
 
     @property
@@ -46,10 +62,52 @@ class PrimaryEndpoint:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+    def _answer(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _reply(request: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, default=str).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.send_header("Cache-Control", "no-store")
+        request.end_headers()
+        request.wfile.write(data)
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=self._thread_name, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class PrimaryEndpoint(JsonEndpoint):
+    """Serves ``/primary``, ``/health/live`` and ``/metrics`` for an elector, on a background thread."""
+
+    def __init__(self, elector: Elector, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.elector = elector
+        super().__init__(host=host, port=port, thread_name="tenure-http")
+
+    def _answer(self, request: BaseHTTPRequestHandler, method: str) -> None:
         elector = self.elector
         body: dict[str, object]
-        if request.path == "/primary":
+        if method == "GET" and request.path == "/primary":
             term = elector.term
             valid_for = elector.remaining()
             status = 200 if term is not None and valid_for > 0 else 503
@@ -61,9 +119,9 @@ class PrimaryEndpoint:
                 "term": term,
                 "valid_for_s": round(valid_for, 3),
             }
-        elif request.path == "/health/live":
+        elif method == "GET" and request.path == "/health/live":
             status, body = 200, {"live": True, "instance_id": str(elector.instance_id)}
-        elif request.path == "/metrics":
+        elif method == "GET" and request.path == "/metrics":
             send_metrics(request, elector.metrics)
             return
         else:
@@ -71,32 +129,7 @@ class PrimaryEndpoint:
                 404,
                 {"error": f"no such path {request.path!r}; try /primary, /health/live or /metrics"},
             )
-        payload = json.dumps(body).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(payload)))
-        request.send_header("Cache-Control", "no-store")
-        request.end_headers()
-        request.wfile.write(payload)
-
-    def start(self) -> PrimaryEndpoint:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="tenure-http", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> PrimaryEndpoint:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._reply(request, status, body)
 
 
 def ask_primary(url: str, *, timeout: float) -> float:

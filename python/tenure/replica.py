@@ -32,14 +32,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
 
 import psycopg
@@ -47,6 +45,7 @@ import psycopg
 from tenure.connect import connect, instance_name
 from tenure.driver import Driver, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
+from tenure.health import JsonEndpoint
 from tenure.loop import GrantLoop
 from tenure.metrics import Metrics, send_metrics
 
@@ -366,15 +365,7 @@ def active_only(manager: ReplicaManager) -> Callable[[Route], Route]:
     return decorate
 
 
-class _QuietServer(ThreadingHTTPServer):
-    """Load balancers close their health-check connections with a reset: not an error."""
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class ReplicaServer:
+class ReplicaServer(JsonEndpoint):
     """Serves ``/health/active``, ``/health/live`` and the given routes, on a background thread.
 
     ``routes`` maps (method, path) to a function of the JSON request body that
@@ -391,28 +382,7 @@ class ReplicaServer:
     ) -> None:
         self.manager = manager
         self.routes = dict(routes or {})
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                server._answer(self, "GET")
-
-            def do_POST(self) -> None:
-                server._answer(self, "POST")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = _QuietServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(host=host, port=port, thread_name="tenure-replica-http")
 
     def _answer(self, request: BaseHTTPRequestHandler, method: str) -> None:
         status: int
@@ -445,31 +415,4 @@ class ReplicaServer:
                 for m, p in [("GET", "/health/active"), ("GET", "/health/live"), ("GET", "/metrics")]
             )
             status, body = 404, {"error": f"no route {method} {path}; try {known}"}
-        data = json.dumps(body, default=str).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        request.send_header("Cache-Control", "no-store")
-        request.end_headers()
-        request.wfile.write(data)
-
-    def start(self) -> ReplicaServer:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="tenure-replica-http", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> ReplicaServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._reply(request, status, body)
