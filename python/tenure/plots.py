@@ -26,6 +26,13 @@ def _pyplot(out: IO[str]) -> Any | None:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def timeline(
     path: Path,
     *,
@@ -54,10 +61,7 @@ def timeline(
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel(f"seconds since {origin:%H:%M:%S.%f} UTC (server clock)")
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def throughput(
@@ -87,10 +91,7 @@ def throughput(
     ax.set_ylabel(unit)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def per_key(
@@ -123,7 +124,4 @@ def per_key(
     axes[0][0].set_ylabel("submissions so far, per key (log)")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
