@@ -57,7 +57,7 @@ def timeline(
     for label, when in events:
         x = (when - origin).total_seconds()
         ax.axvline(x, color="red", linestyle="--", linewidth=1)
-        ax.text(x, len(rows) - 0.4, f" {label}", color="red", fontsize=8, va="top")
+        ax.text(x, len(rows) - 0.55, f" {label}", color="red", fontsize=8, va="top")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel(f"seconds since {origin:%H:%M:%S.%f} UTC (server clock)")
     ax.set_title(title)
