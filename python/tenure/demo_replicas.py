@@ -486,14 +486,17 @@ def run_replica_demo(
             "writes made by the lock holder of their epoch inside its term: never two active replicas",
             file=out,
         )
-    ends = [t.acquired_at for t in terms[1:]] + [
-        max((w.done_at for w in writes), default=terms[-1].acquired_at)
-    ]
     picture = plots.timeline(
         workdir / "replicas.png",
-        title="the active replica across a SIGKILL (lock epochs, until the next acquisition)",
+        title="the active replica across a SIGKILL (each lock epoch, acquired to its last accepted write)",
         holds=[
-            (t.replica, t.acquired_at, end, f"epoch {t.epoch}") for t, end in zip(terms, ends, strict=True)
+            (
+                t.replica,
+                t.acquired_at,
+                max((w.done_at for w in writes if w.epoch == t.epoch), default=t.acquired_at),
+                f"epoch {t.epoch}",
+            )
+            for t in terms
         ],
         out=out,
     )
