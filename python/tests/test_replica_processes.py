@@ -250,3 +250,4 @@ def test_replica_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Pa
     assert "SIGKILL replica-" in output
     assert re.search(r"answers through HAProxy [0-9.]+ s after the kill", output)
     assert "never two active replicas" in output
+    assert (tmp_path / "replicas.png").read_bytes().startswith(b"\x89PNG")
