@@ -85,13 +85,13 @@ TASK_EXAMPLES = {
 
 
 @contextmanager
-def _metrics_server(address: str | None, metrics: Metrics) -> Iterator[None]:
+def _metrics_server(address: tuple[str, int] | None, metrics: Metrics) -> Iterator[None]:
     """Serve ``metrics`` at http://HOST:PORT/metrics while the block runs, if an address is given."""
-    if not address:
+    if address is None:
         yield
         return
-    host, _, port = address.rpartition(":")
-    with MetricsServer(metrics, host=host or "127.0.0.1", port=int(port)) as server:
+    host, port = address
+    with MetricsServer(metrics, host=host, port=port) as server:
         _say(f"serving {server.url}")
         yield
 
@@ -120,8 +120,8 @@ def cmd_elect(args: argparse.Namespace) -> int:
     )
     with elector:
         if args.http:
-            host, _, port = args.http.rpartition(":")
-            endpoint = PrimaryEndpoint(elector, host=host or "127.0.0.1", port=int(port)).start()
+            host, port = args.http
+            endpoint = PrimaryEndpoint(elector, host=host, port=port).start()
             _say(f"serving {endpoint.url}/primary")
         wait_for_shutdown()
         _say("shutting down: resigning")
@@ -209,6 +209,14 @@ def _sections(text: str) -> list[str]:
     if not chosen or unknown:
         raise argparse.ArgumentTypeError(f"choose from {','.join(SECTIONS)}; unknown: {','.join(unknown)}")
     return chosen
+
+
+def _address(text: str) -> tuple[str, int]:
+    """HOST:PORT (or :PORT, for 127.0.0.1) for an HTTP endpoint."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 0 to 65535, got {text!r}")
+    return host or "127.0.0.1", int(port)
 
 
 def _counts(text: str) -> list[int]:
@@ -500,8 +508,8 @@ def cmd_replica_run(args: argparse.Namespace) -> int:
     with manager:
         server = None
         if args.http:
-            host, _, port = args.http.rpartition(":")
-            server = ReplicaServer(manager, host=host or "127.0.0.1", port=int(port)).start()
+            host, port = args.http
+            server = ReplicaServer(manager, host=host, port=port).start()
             _say(f"serving {server.url}/health/active and /health/live")
         stopping = wait_for_shutdown(timeout=2 * manager.timing.interval)
         if not stopping and manager.lock_id is not None:
@@ -565,7 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
     elect.add_argument("--timeout", type=float, default=3.0, help="timeout T in seconds, > 2I (3)")
     elect.add_argument("--name", help="instance name shown in pg_stat_activity (host name)")
     elect.add_argument(
-        "--http", metavar="HOST:PORT", help="serve GET /primary, /health/live and /metrics there"
+        "--http",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve GET /primary, /health/live and /metrics there",
     )
     elect.set_defaults(run=cmd_elect)
 
@@ -701,7 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
     worker.add_argument("--grace", type=float, default=5.0, help="seconds to finish tasks on shutdown (5)")
     worker.add_argument("--name", help="instance name shown in pg_stat_activity")
-    worker.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there")
+    worker.add_argument(
+        "--metrics", metavar="HOST:PORT", type=_address, help="serve Prometheus metrics at /metrics there"
+    )
     worker.set_defaults(run=cmd_task_worker)
 
     claim = command("claim", "register, retire and list keys, or hold a fair share of them")
@@ -727,7 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cycle", type=float, default=1.0, help="seconds between renew-and-take cycles (1)")
     run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
-    run.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there")
+    run.add_argument(
+        "--metrics", metavar="HOST:PORT", type=_address, help="serve Prometheus metrics at /metrics there"
+    )
     run.set_defaults(run=cmd_claim_run)
 
     status = command("status", "one screen of primaries, claims, tasks and batch queues, from tenure's views")
@@ -791,7 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch_run.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
     batch_run.add_argument("--name", help="instance name shown in pg_stat_activity")
     batch_run.add_argument(
-        "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics there"
+        "--metrics", metavar="HOST:PORT", type=_address, help="serve Prometheus metrics at /metrics there"
     )
     batch_run.set_defaults(run=cmd_batch_run)
     deploy = command(
@@ -824,7 +839,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replica_run.add_argument("--name", help="replica name shown in pg_stat_activity (host name)")
     replica_run.add_argument(
-        "--http", metavar="HOST:PORT", help="serve GET /health/active, /health/live and /metrics"
+        "--http",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve GET /health/active, /health/live and /metrics",
     )
     replica_run.add_argument("--interval", type=float, default=0.5, help="ping / acquisition interval (0.5)")
     replica_run.add_argument(

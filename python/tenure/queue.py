@@ -189,7 +189,7 @@ class SubmissionPool:
     def _submitter(self) -> None:
         while not self._stopping.is_set():
             try:
-                batch = self._take()
+                batch = self.queuer.next()
             except psycopg.Error as error:
                 log.warning("%s: selecting batches failed: %s", self.keyspace, error)
                 batch = None
@@ -206,9 +206,6 @@ class SubmissionPool:
                         queue.remove(batch.seq)
                     self._unsubmitted.discard(batch.id)
                     self._order_changed.notify_all()
-
-    def _take(self) -> BatchGrant | None:
-        return self.queuer.next()
 
     def _selected(self, batches: list[BatchGrant]) -> None:
         # Every batch of a selection is registered before any is handed out, so a later

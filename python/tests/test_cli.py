@@ -101,6 +101,16 @@ def test_elect_prints_role_changes_and_resigns_on_sigterm(app_conninfo: str, tmp
     assert unreachable.returncode == 2
 
 
+def test_a_bad_endpoint_address_is_refused_before_anything_starts() -> None:
+    result = subprocess.run(
+        [*TENURE, "claim", "run", "--keyspace", "k", "--metrics", "127.0.0.1:http"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "expected HOST:PORT with a port from 0 to 65535, got '127.0.0.1:http'" in result.stderr
+
+
 def test_elect_refuses_bad_timing_with_a_clear_error(app_conninfo: str) -> None:
     result = subprocess.run(
         [*TENURE, "elect", "--db", app_conninfo, "--type", "cli", "--interval", "1", "--timeout", "2"],
