@@ -25,9 +25,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
         exit 1
     fi
     echo "installing Debian packages: ${missing[*]}"
-    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
     # The postgresql package starts a system cluster on 5432; tenure never uses it.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 stamp=.venv/.installed

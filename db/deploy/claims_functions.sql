@@ -2,6 +2,6 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
-\ir ../procedures/claims.sql
+\ir ../procedures/claims@v0.1.0.sql
 
 COMMIT;

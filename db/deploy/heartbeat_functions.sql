@@ -2,6 +2,6 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
-\ir ../procedures/heartbeat.sql
+\ir ../procedures/heartbeat@v0.1.0.sql
 
 COMMIT;

@@ -10,6 +10,6 @@ SET LOCAL ROLE tenure_owner;
 -- default cannot revoke the global one, hence no IN SCHEMA.)
 ALTER DEFAULT PRIVILEGES FOR ROLE tenure_owner REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
-\ir ../procedures/errors.sql
+\ir ../procedures/errors@v0.1.0.sql
 
 COMMIT;

@@ -2,6 +2,6 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
-\ir ../procedures/tasks.sql
+\ir ../procedures/tasks@v0.1.0.sql
 
 COMMIT;

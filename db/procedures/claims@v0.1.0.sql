@@ -1,0 +1,362 @@
+-- Per-key claims with expiry, spread fairly over the live instances of a keyspace.
+-- Each public function is a SECURITY DEFINER wrapper over an internal one that
+-- takes the time to act at (p_now, NULL = the server's clock).
+
+CREATE OR REPLACE FUNCTION tenure._check_keys(p_function text, p_argument text, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty array of keys',
+            quote_nullable(p_keys::text), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
+    END IF;
+    SELECT k INTO v_bad FROM unnest(p_keys) k WHERE k IS NULL OR btrim(k) = '' OR length(k) > 200 LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must hold non-empty keys of at most 200 characters',
+            format('an element %s', quote_nullable(left(v_bad, 40))), 'Remove empty, NULL or over-long keys.');
+    END IF;
+END
+$$;
+
+-- Raise the liveness of the caller in a keyspace and return the fair share there.
+CREATE OR REPLACE FUNCTION tenure._claim_alive(p_keyspace text, p_instance uuid, p_expiry interval, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_live bigint;
+    v_keys bigint;
+BEGIN
+    INSERT INTO tenure.claim_instance AS i (keyspace, instance_id, renewed_at, expires_at)
+    VALUES (p_keyspace, p_instance, p_now, p_now + p_expiry)
+    ON CONFLICT (keyspace, instance_id) DO UPDATE SET renewed_at = excluded.renewed_at, expires_at = excluded.expires_at;
+    SELECT count(*) INTO v_live FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at >= p_now;
+    SELECT count(*) INTO v_keys FROM tenure.claim_key WHERE keyspace = p_keyspace;
+    RETURN ceil(v_keys::numeric / greatest(v_live, 1))::integer;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._check_claimer(
+    p_function text, p_keyspace text, p_instance uuid, p_expiry interval
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name(p_function, 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance(p_function, 'p_instance', p_instance);
+    PERFORM tenure._check_duration(p_function, 'p_expiry', p_expiry);
+END
+$$;
+
+-- Register and retire ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._claim_register(p_keyspace text, p_keys text[], p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count integer;
+BEGIN
+    PERFORM tenure._check_name('claim_register', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_keys('claim_register', 'p_keys', p_keys);
+    PERFORM tenure._durable();
+    INSERT INTO tenure.claim_key (keyspace, key, unclaimed_since, registered_at)
+    SELECT DISTINCT p_keyspace, k, v_now, v_now
+      FROM unnest(p_keys) k
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_register(p_keyspace text, p_keys text[])
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._claim_register(p_keyspace, p_keys, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_register(text, text[]) IS
+$$Register the keys p_keys (a service_id, say) in keyspace p_keyspace, so that instances can claim them; keys already registered are left as they are.
+Returns how many keys were new.
+Errors: TN001 on an empty keyspace, an empty array, or a NULL, empty or over-long key.$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_retire(p_keyspace text, p_keys text[])
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM tenure._check_name('claim_retire', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_keys('claim_retire', 'p_keys', p_keys);
+    PERFORM tenure._durable();
+    DELETE FROM tenure.claim_key WHERE keyspace = p_keyspace AND key = ANY (p_keys);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+COMMENT ON FUNCTION tenure.claim_retire(text, text[]) IS
+$$Retire the keys p_keys of keyspace p_keyspace: they can no longer be claimed, their claims end (a claimant learns it at its next renewal, which no longer returns them) and their claim history is deleted.
+Returns how many keys were retired.
+Errors: TN001 on an empty keyspace, an empty array, or a NULL, empty or over-long key.$$;
+
+-- Renew and take -----------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._claim_renew(p_keyspace text, p_instance uuid, p_expiry interval, p_now timestamptz)
+RETURNS SETOF tenure.claim_grant
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_share integer;
+    v_excess text[];
+BEGIN
+    PERFORM tenure._check_claimer('claim_renew', p_keyspace, p_instance, p_expiry);
+    PERFORM tenure._durable();
+    v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
+    -- Above the fair share, give up the most recently claimed keys.
+    v_excess := ARRAY(SELECT k.key FROM tenure.claim_key k
+                       WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+                       ORDER BY k.claimed_at, k.key
+                      OFFSET v_share);
+    -- Extend every other claim the caller still holds, in one pass over its keys (a
+    -- join of the keys with their own ranking can turn quadratic), and say what
+    -- became of each. The WHERE is checked again on each row as it is once locked: a
+    -- take that committed meanwhile made the key someone else's.
+    RETURN QUERY
+    WITH changed AS (
+        UPDATE tenure.claim_key AS k
+           SET claimant        = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimant END,
+               expires_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE v_now + p_expiry END,
+               claimed_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimed_at END,
+               unclaimed_since = CASE WHEN k.key = ANY (v_excess) THEN v_now END
+         WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+        RETURNING k.key, k.epoch, k.expires_at, k.claimant IS NULL AS released
+    )
+    SELECT c.key, c.epoch, c.expires_at, CASE WHEN c.released THEN 'released' ELSE 'renewed' END
+      FROM changed c
+     ORDER BY c.key;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_renew(p_keyspace text, p_instance uuid, p_expiry interval)
+RETURNS SETOF tenure.claim_grant
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_renew(text, uuid, interval) IS
+$$Renew, in one statement, every claim instance p_instance still holds in keyspace p_keyspace (by what the database records; the instance keeps no list), to now + p_expiry, and mark the instance live until then.
+A holder above its fair share (registered keys / live instances, rounded up) gives up its most recently claimed keys beyond it, cleanly: they are returned with change = 'released', so the caller stops working on them.
+Returns every key the caller held: change 'renewed' (with the new expiry) or 'released'. A key missing from the result is no longer the caller's.
+Errors: TN001 on an empty keyspace, a NULL instance or a non-positive expiry.$$;
+
+CREATE OR REPLACE FUNCTION tenure._claim_take(
+    p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer, p_now timestamptz
+) RETURNS SETOF tenure.claim_grant
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_share integer;
+    v_room bigint;
+BEGIN
+    PERFORM tenure._check_claimer('claim_take', p_keyspace, p_instance, p_expiry);
+    IF p_limit IS NOT NULL AND p_limit < 1 THEN
+        PERFORM tenure._invalid_argument('claim_take', 'p_limit', 'must be NULL (up to the fair share) or at least 1',
+            p_limit::text, 'Pass NULL to take up to the fair share.');
+    END IF;
+    -- One taker per keyspace at a time; the others skip the step instead of waiting.
+    IF NOT pg_try_advisory_xact_lock(hashtext('tenure.claim_take'), hashtext(p_keyspace)) THEN
+        RETURN NEXT (NULL, NULL, NULL, 'busy')::tenure.claim_grant;
+        RETURN;
+    END IF;
+    PERFORM tenure._durable();
+    v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
+    SELECT v_share - count(*) INTO v_room
+      FROM tenure.claim_key WHERE keyspace = p_keyspace AND claimant = p_instance AND expires_at >= v_now;
+    v_room := least(v_room, coalesce(p_limit, v_room));
+    DELETE FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at < v_now - 10 * p_expiry;
+    IF v_room < 1 THEN
+        RETURN;
+    END IF;
+    -- Claim times are read after the row lock: a key whose holder is writing under
+    -- claim_fence is skipped until that write committed.
+    RETURN QUERY
+    WITH free AS (
+        SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since
+          FROM tenure.claim_key k
+         WHERE k.keyspace = p_keyspace AND (k.claimant IS NULL OR k.expires_at < v_now)
+         ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
+         LIMIT v_room
+           FOR UPDATE SKIP LOCKED
+    ), taken AS (
+        UPDATE tenure.claim_key AS k
+           SET claimant = p_instance, epoch = k.epoch + 1, unclaimed_since = NULL,
+               claimed_at = coalesce(p_now, clock_timestamp()),
+               expires_at = coalesce(p_now, clock_timestamp()) + p_expiry
+          FROM free
+         WHERE k.keyspace = p_keyspace AND k.key = free.key
+        RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, free.since
+    ), logged AS (
+        INSERT INTO tenure.claim_log (keyspace, key, epoch, claimant, claimed_at, unclaimed_since)
+        SELECT p_keyspace, t.key, t.epoch, p_instance, t.claimed_at, t.since FROM taken t
+    )
+    SELECT t.key, t.epoch, t.expires_at, 'taken' FROM taken t ORDER BY t.key;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_take(
+    p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer DEFAULT NULL
+) RETURNS SETOF tenure.claim_grant
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_take(text, uuid, interval, integer) IS
+$$Claim, for instance p_instance, keys of keyspace p_keyspace that are unclaimed or whose claim expired, longest unclaimed first, until p_expiry from now: at most up to the caller's fair share (registered keys / live instances, rounded up) minus what it holds, and at most p_limit. Each key's epoch grows by one.
+If another instance is taking in the same keyspace at this moment, the step is skipped instead of waiting: one row with change = 'busy' and no key.
+Returns the keys taken (change = 'taken'); no row when there was nothing to take or no room.
+Errors: TN001 on an empty keyspace, a NULL instance, a non-positive expiry or p_limit below 1.$$;
+
+-- Release, check, fence ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._claim_release(p_keyspace text, p_instance uuid, p_keys text[], p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count integer;
+BEGIN
+    PERFORM tenure._check_name('claim_release', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('claim_release', 'p_instance', p_instance);
+    IF p_keys IS NOT NULL THEN
+        PERFORM tenure._check_keys('claim_release', 'p_keys', p_keys);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.claim_key AS k
+       SET claimant = NULL, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+       AND (p_keys IS NULL OR k.key = ANY (p_keys));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF p_keys IS NULL THEN
+        -- Leaving altogether: the others' fair share grows at once.
+        DELETE FROM tenure.claim_instance WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_release(p_keyspace text, p_instance uuid, p_keys text[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._claim_release(p_keyspace, p_instance, p_keys, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_release(text, uuid, text[]) IS
+$$Give back keys that instance p_instance holds in keyspace p_keyspace: the keys p_keys, or with NULL (clean shutdown) all of them, and then the instance also leaves the keyspace so the others' fair share grows at once.
+Returns how many claims were released. Keys the caller does not hold are ignored.
+Errors: TN001 on an empty keyspace, a NULL instance, or an empty array or bad key in p_keys.$$;
+
+CREATE OR REPLACE FUNCTION tenure._claim_check(
+    p_keyspace text, p_instance uuid, p_key text, p_epoch bigint, p_now timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._check_name('claim_check', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('claim_check', 'p_instance', p_instance);
+    PERFORM tenure._check_name('claim_check', 'p_key', p_key);
+    IF p_epoch IS NULL OR p_epoch < 1 THEN
+        PERFORM tenure._invalid_argument('claim_check', 'p_epoch', 'must be an epoch of at least 1',
+            quote_nullable(p_epoch), 'Pass the epoch that claim_take returned for the key.');
+    END IF;
+    RETURN EXISTS (SELECT FROM tenure.claim_key k
+                    WHERE k.keyspace = p_keyspace AND k.key = p_key AND k.claimant = p_instance
+                      AND k.epoch = p_epoch AND k.expires_at >= coalesce(p_now, clock_timestamp()));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_check(p_keyspace text, p_instance uuid, p_key text, p_epoch bigint)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._claim_check(p_keyspace, p_instance, p_key, p_epoch, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_check(text, uuid, text, bigint) IS
+$$True only if instance p_instance holds key p_key of keyspace p_keyspace in epoch p_epoch under a claim that has not expired: for a submitter to verify, right before it acts, that the key is still its own. False otherwise, including for an unknown key.
+Errors: TN001 on NULL or empty arguments or an epoch below 1.$$;
+
+CREATE OR REPLACE FUNCTION tenure._claim_fence(
+    p_keyspace text, p_instance uuid, p_key text, p_epoch bigint, p_now timestamptz
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key tenure.claim_key;
+    v_now timestamptz;
+BEGIN
+    PERFORM tenure._check_name('claim_fence', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('claim_fence', 'p_instance', p_instance);
+    PERFORM tenure._check_name('claim_fence', 'p_key', p_key);
+    IF p_epoch IS NULL OR p_epoch < 1 THEN
+        PERFORM tenure._invalid_argument('claim_fence', 'p_epoch', 'must be an epoch of at least 1',
+            quote_nullable(p_epoch), 'Pass the epoch that claim_take returned for the key.');
+    END IF;
+    -- The share lock keeps claim_take (SKIP LOCKED) off the key until the caller's
+    -- transaction ends.
+    SELECT * INTO v_key FROM tenure.claim_key WHERE keyspace = p_keyspace AND key = p_key FOR KEY SHARE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF v_key.claimant IS DISTINCT FROM p_instance OR v_key.epoch <> p_epoch OR v_key.expires_at < v_now
+       OR v_key.key IS NULL THEN
+        RAISE EXCEPTION 'tenure.claim_fence: instance % does not hold key % of % in epoch %',
+                        p_instance, p_key, p_keyspace, p_epoch
+            USING ERRCODE = 'TN103',
+                  DETAIL = CASE
+                      WHEN v_key.key IS NULL THEN format('Key %L is not registered in keyspace %L.', p_key, p_keyspace)
+                      WHEN v_key.claimant IS NULL THEN format('The key is unclaimed since %s (epoch %s).',
+                                                              v_key.unclaimed_since, v_key.epoch)
+                      WHEN v_key.epoch <> p_epoch OR v_key.claimant <> p_instance THEN
+                          format('The key is held by %s in epoch %s.', v_key.claimant, v_key.epoch)
+                      ELSE format('The claim expired at %s (now %s).', v_key.expires_at, v_now)
+                  END,
+                  HINT = 'Stop working on this key and roll back: another instance may hold it now.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_fence(p_keyspace text, p_instance uuid, p_key text, p_epoch bigint)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._claim_fence(p_keyspace, p_instance, p_key, p_epoch, NULL) $$;
+
+COMMENT ON FUNCTION tenure.claim_fence(text, uuid, text, bigint) IS
+$$Fence an application write on a key: call it inside the transaction that makes the write; it raises TN103 (claim_lost) unless p_instance holds p_key of p_keyspace in epoch p_epoch under a claim that has not expired, and otherwise keeps any other instance from taking the key until that transaction ends.
+Errors: TN001 on NULL or empty arguments or an epoch below 1; TN103 when the caller does not hold the key in that epoch.$$;
+
+GRANT EXECUTE ON FUNCTION
+    tenure.claim_register(text, text[]),
+    tenure.claim_retire(text, text[]),
+    tenure.claim_renew(text, uuid, interval),
+    tenure.claim_take(text, uuid, interval, integer),
+    tenure.claim_release(text, uuid, text[]),
+    tenure.claim_check(text, uuid, text, bigint),
+    tenure.claim_fence(text, uuid, text, bigint)
+TO tenure_worker;

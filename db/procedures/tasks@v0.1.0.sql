@@ -1,0 +1,745 @@
+-- Lease-based tasks. Each public function is a SECURITY DEFINER wrapper over an
+-- internal one that takes the time to act at (p_now, NULL = the server's clock).
+--
+-- Every write that only the lease holder may make matches (id, owner, epoch) and a
+-- lease that has not run out in one UPDATE; when nothing matched, _task_refuse says
+-- why with TN201 (no such task) or TN102 (lease lost).
+
+CREATE OR REPLACE FUNCTION tenure._check_holder(p_function text, p_id uuid, p_owner uuid, p_epoch bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_id', 'must not be NULL', NULL,
+            'Pass the id of the task, as task_acquire returned it.');
+    END IF;
+    PERFORM tenure._check_instance(p_function, 'p_owner', p_owner);
+    IF p_epoch IS NULL OR p_epoch < 1 THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_epoch', 'must be an epoch of at least 1',
+            quote_nullable(p_epoch), 'Pass the epoch that task_acquire or task_eject returned with the lease.');
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._check_delay(p_function text, p_argument text, p_value interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR p_value < interval '0' THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-negative interval',
+            quote_nullable(p_value::text), format('Pass a delay such as ''0'' or ''1 minute'' as %s.', p_argument));
+    END IF;
+END
+$$;
+
+-- Why a holder's write matched no row: the task is unknown (TN201) or the lease is lost (TN102).
+CREATE OR REPLACE FUNCTION tenure._task_refuse(
+    p_function text, p_id uuid, p_owner uuid, p_epoch bigint, p_now timestamptz
+) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+BEGIN
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tenure.%: no task %', p_function, p_id
+            USING ERRCODE = 'TN201',
+                  DETAIL = format('No task has id %s; it may never have existed or have been purged.', p_id),
+                  HINT = 'Check the id; nothing was changed.';
+    END IF;
+    RAISE EXCEPTION 'tenure.%: instance % no longer holds task % in epoch %', p_function, p_owner, p_id, p_epoch
+        USING ERRCODE = 'TN102',
+              DETAIL = CASE
+                  WHEN v_task.status <> 'pending' THEN
+                      format('The task is %s (state %L) since %s.', v_task.status, v_task.state, v_task.finished_at)
+                  WHEN v_task.epoch <> p_epoch THEN
+                      format('The task is in epoch %s, held by %s.', v_task.epoch, coalesce(v_task.owner::text, 'nobody'))
+                  WHEN v_task.owner IS NULL THEN
+                      format('The lease of epoch %s was released; the task is due at %s.', p_epoch, v_task.next_action)
+                  WHEN v_task.owner <> p_owner THEN format('Epoch %s is held by %s.', p_epoch, v_task.owner)
+                  ELSE format('The lease ran out at %s (now %s).', v_task.next_action, p_now)
+              END,
+              HINT = 'Stop working on this task and discard the result: another instance may own it now.';
+END
+$$;
+
+-- Enqueue -------------------------------------------------------------------------
+
+-- What is wrong with a task to enqueue, or NULL: one rule for one task and for many.
+CREATE OR REPLACE FUNCTION tenure._task_input_problem(i tenure._task_input)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN NOT i.is_object THEN 'must be a JSON object'
+                WHEN i.kind IS NULL OR btrim(i.kind) = '' THEN 'needs a non-empty kind'
+                WHEN length(i.kind) > 200 THEN 'has a kind over 200 characters'
+                WHEN i.state IS NULL OR btrim(i.state) = '' THEN 'needs a non-empty state'
+                WHEN i.delay IS NULL OR i.delay < interval '0' THEN 'needs a non-negative delay'
+                WHEN i.max_attempts IS NULL OR i.max_attempts < 1 THEN 'needs max_attempts of at least 1'
+                WHEN i.idempotency_key = '' THEN 'has an empty idempotency_key'
+           END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_refuse_input(p_function text, p_label text, p_input tenure._task_input)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._invalid_argument(p_function, p_label, tenure._task_input_problem(p_input),
+        format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(p_input.kind),
+               quote_nullable(p_input.state), quote_nullable(p_input.delay::text), quote_nullable(p_input.max_attempts)),
+        'Give every task a kind (e.g. ''email''), a non-negative delay and max_attempts of at least 1.');
+END
+$$;
+
+-- One task: a plain INSERT, and a lookup by index only when the id or key existed.
+CREATE OR REPLACE FUNCTION tenure._task_enqueue(
+    p_kind text, p_data jsonb, p_state text, p_delay interval, p_id uuid, p_idempotency_key text,
+    p_max_attempts integer, p_now timestamptz
+) RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._task_input := (1::bigint, coalesce(p_id, gen_random_uuid()), p_kind, coalesce(p_data, '{}'), p_state,
+                                   p_delay, p_idempotency_key, p_max_attempts, true);
+    v_done tenure.task_enqueued;
+BEGIN
+    IF tenure._task_input_problem(v_input) IS NOT NULL THEN
+        PERFORM tenure._task_refuse_input('task_enqueue', 'the task', v_input);
+    END IF;
+    PERFORM tenure._durable();
+    INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+                                  created_at, last_change, last_action, next_action)
+    VALUES (v_input.id, p_kind, p_state, v_input.data, p_max_attempts, p_idempotency_key,
+            v_now, v_now, v_now, v_now + p_delay)
+    ON CONFLICT DO NOTHING
+    RETURNING t.id, t.kind, true, t.next_action INTO v_done;
+    IF FOUND THEN
+        IF p_delay = interval '0' THEN
+            PERFORM pg_notify('tenure_task', p_kind);
+        END IF;
+        RETURN NEXT v_done;
+        RETURN;
+    END IF;
+    -- A new statement, so a new snapshot: a task that a concurrent enqueue with the
+    -- same id or key committed while ours waited on it is visible now.
+    RETURN QUERY
+        SELECT t.id, t.kind, false, t.next_action
+          FROM tenure.task t
+         WHERE t.id = p_id OR t.idempotency_key = p_idempotency_key
+         LIMIT 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_enqueue_many(p_tasks jsonb, p_now timestamptz, p_function text)
+RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._task_input[];
+    v_bad tenure._task_input;
+    v_created uuid[];
+    v_kind text;
+BEGIN
+    IF p_tasks IS NULL OR jsonb_typeof(p_tasks) <> 'array' THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'must be a JSON array of task objects',
+            quote_nullable(left(p_tasks::text, 100)),
+            'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts.');
+    END IF;
+    BEGIN
+        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind, coalesce(r.data, '{}'),
+                          coalesce(r.state, 'new'), coalesce(r.delay, interval '0'), r.idempotency_key,
+                          coalesce(r.max_attempts, 5), jsonb_typeof(e.task) = 'object')::tenure._task_input
+                         ORDER BY e.ord)
+          INTO v_input
+          FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
+               LATERAL jsonb_to_record(CASE jsonb_typeof(e.task) WHEN 'object' THEN e.task ELSE '{}' END)
+                   AS r(kind text, data jsonb, state text, delay interval, id uuid, idempotency_key text,
+                        max_attempts integer);
+    EXCEPTION WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
+                   OR numeric_value_out_of_range OR invalid_parameter_value THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'has a value of the wrong type', SQLERRM,
+            'id must be a uuid, delay an interval such as ''30 seconds'', max_attempts an integer.');
+    END;
+
+    SELECT * INTO v_bad FROM unnest(v_input) i WHERE tenure._task_input_problem(i) IS NOT NULL ORDER BY i.ord LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._task_refuse_input(p_function, format('task %s', v_bad.ord), v_bad);
+    END IF;
+    PERFORM tenure._durable();
+
+    WITH inserted AS (
+        INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+                                      created_at, last_change, last_action, next_action)
+        SELECT i.id, i.kind, i.state, i.data, i.max_attempts, i.idempotency_key,
+               v_now, v_now, v_now, v_now + i.delay
+          FROM unnest(v_input) i
+         ORDER BY i.ord
+        ON CONFLICT DO NOTHING
+        RETURNING t.id
+    )
+    SELECT coalesce(array_agg(n.id), '{}') INTO v_created FROM inserted n;
+
+    -- Rows this call created are answered from the input. The others are looked up
+    -- by index, in a new statement and so a new snapshot: a task that a concurrent
+    -- enqueue with the same id or key committed while ours waited on it is visible.
+    RETURN QUERY
+    WITH input AS (
+        SELECT i.*, row_number() OVER (PARTITION BY i.id ORDER BY i.ord) = 1 AS first_of_id
+          FROM unnest(v_input) i
+    ), created AS (
+        SELECT c.id FROM unnest(v_created) c(id)
+    )
+    SELECT r.id, r.kind, r.created, r.next_action
+      FROM (
+          SELECT i.ord, i.id, i.kind, true AS created, v_now + i.delay AS next_action
+            FROM input i JOIN created c ON c.id = i.id
+           WHERE i.first_of_id
+          UNION ALL
+          SELECT i.ord, found.id, found.kind, false, found.next_action
+            FROM input i
+            LEFT JOIN created c ON c.id = i.id AND i.first_of_id
+            CROSS JOIN LATERAL (
+                (SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.id = i.id
+                 UNION ALL
+                 SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.idempotency_key = i.idempotency_key)
+                LIMIT 1
+            ) found
+           WHERE c.id IS NULL
+      ) r
+     ORDER BY r.ord;
+
+    FOR v_kind IN SELECT DISTINCT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0' LOOP
+        PERFORM pg_notify('tenure_task', v_kind);
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_enqueue(
+    p_kind text, p_data jsonb DEFAULT '{}', p_state text DEFAULT 'new', p_delay interval DEFAULT '0',
+    p_id uuid DEFAULT NULL, p_idempotency_key text DEFAULT NULL, p_max_attempts integer DEFAULT 5
+) RETURNS SETOF tenure.task_enqueued
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer) IS
+$$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
+p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
+A task due now is announced with NOTIFY tenure_task, payload = kind. p_max_attempts (default 5) bounds failed attempts before the task is dead.
+Errors: TN001 on an empty kind or state, a negative delay or max_attempts below 1.$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
+RETURNS SETOF tenure.task_enqueued
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 'task_enqueue_many') $$;
+
+COMMENT ON FUNCTION tenure.task_enqueue_many(jsonb) IS
+$$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts.
+Returns one row per input task, in input order, with created = false for those whose id or key already existed.
+Errors: TN001 naming the first bad task (not an object, no kind, negative delay, ...); nothing is enqueued then.$$;
+
+-- Acquire ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._task_acquire(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_wanted integer := p_limit;
+    v_died integer;
+    v_task record;
+BEGIN
+    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_limit IS NULL
+       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0 OR array_position(p_kinds, NULL) IS NOT NULL THEN
+        PERFORM tenure._check_instance('task_acquire', 'p_owner', p_owner);
+        PERFORM tenure._check_duration('task_acquire', 'p_lease', p_lease);
+        IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+            PERFORM tenure._invalid_argument('task_acquire', 'p_limit', 'must be between 1 and 10000',
+                quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
+        END IF;
+        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds', 'must be NULL (any kind) or a non-empty array of kinds',
+            quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
+    END IF;
+    PERFORM tenure._durable();
+
+    -- The lease times are read per row after SKIP LOCKED locked it: a task held by
+    -- a fenced transaction is skipped, so a new lease always begins after every
+    -- write fenced by the previous one committed. A leased task is due only once
+    -- its lease is past (the holder may still write at next_action itself). Tasks
+    -- that die here do not count against p_limit: look again for the rest.
+    LOOP
+        v_died := 0;
+        FOR v_task IN
+            WITH due AS (
+                SELECT t.id, t.next_action AS due_at,
+                       t.owner IS NOT NULL AND t.attempts + 1 >= t.max_attempts AS dies
+                  FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.next_action <= v_now
+                   AND (t.owner IS NULL OR t.next_action < v_now)
+                   AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+                 ORDER BY t.next_action
+                 LIMIT v_wanted
+                   FOR UPDATE SKIP LOCKED
+            ), taken AS (
+                UPDATE tenure.task AS t
+                   SET owner       = CASE WHEN due.dies THEN NULL ELSE p_owner END,
+                       epoch       = CASE WHEN due.dies THEN t.epoch ELSE t.epoch + 1 END,
+                       status      = CASE WHEN due.dies THEN 'dead' ELSE 'pending' END,
+                       leased_at   = CASE WHEN due.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) END,
+                       next_action = CASE WHEN due.dies THEN NULL
+                                          ELSE coalesce(p_now, clock_timestamp()) + p_lease END,
+                       finished_at = CASE WHEN due.dies THEN coalesce(p_now, clock_timestamp()) END,
+                       last_action = coalesce(p_now, clock_timestamp()),
+                       -- A lease that ran out without a word was a failed attempt.
+                       attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
+                       last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
+                                          ELSE format('lease of %s in epoch %s ran out at %s',
+                                                      t.owner, t.epoch, t.next_action)
+                                     END
+                  FROM due
+                 WHERE t.id = due.id
+                RETURNING t.*, due.due_at
+            ), logged AS (
+                INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
+                SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired' FROM taken k WHERE k.status = 'pending'
+            )
+            SELECT k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action, k.status
+              FROM taken k
+             ORDER BY k.due_at
+        LOOP
+            IF v_task.status = 'dead' THEN
+                v_died := v_died + 1;
+            ELSE
+                v_wanted := v_wanted - 1;
+                RETURN NEXT (v_task.id, v_task.kind, v_task.state, v_task.data, v_task.epoch, v_task.attempts,
+                             v_task.next_action)::tenure.task_lease;
+            END IF;
+        END LOOP;
+        EXIT WHEN v_died = 0 OR v_wanted = 0;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_acquire(
+    p_owner uuid, p_lease interval, p_limit integer DEFAULT 1, p_kinds text[] DEFAULT NULL
+) RETURNS SETOF tenure.task_lease
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
+$$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
+Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
+Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
+Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
+
+-- Writes by the lease holder -----------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._task_extend(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_lease interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_until timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_extend', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_duration('task_extend', 'p_lease', p_lease);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET next_action = v_now + p_lease, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action INTO v_until;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_extend', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_extend(p_id uuid, p_owner uuid, p_epoch bigint, p_lease interval)
+RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_extend(p_id, p_owner, p_epoch, p_lease, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_extend(uuid, uuid, bigint, interval) IS
+$$Push the lease of task p_id forward to now + p_lease. Only the holder may: (p_owner, p_epoch) must match and the lease must not have run out.
+Returns the new end of the lease.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_update(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb, p_lease interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_until timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_update', p_id, p_owner, p_epoch);
+    IF p_state IS NULL AND p_data IS NULL THEN
+        PERFORM tenure._invalid_argument('task_update', 'p_state and p_data', 'must not both be NULL', NULL,
+            'Pass the new state, the new data, or both; use task_extend to only extend the lease.');
+    END IF;
+    IF p_state IS NOT NULL THEN
+        PERFORM tenure._check_name('task_update', 'p_state', p_state);
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        PERFORM tenure._check_duration('task_update', 'p_lease', p_lease);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET state = coalesce(p_state, t.state), data = coalesce(p_data, t.data),
+           next_action = CASE WHEN p_lease IS NULL THEN t.next_action ELSE v_now + p_lease END,
+           last_change = v_now, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action INTO v_until;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_update', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_update(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb DEFAULT NULL, p_lease interval DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_update(p_id, p_owner, p_epoch, p_state, p_data, p_lease, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_update(uuid, uuid, bigint, text, jsonb, interval) IS
+$$Store a state transition (p_state) and/or new data (p_data, replacing the old) of task p_id under the caller's lease, in one call; with p_lease, also extend the lease to now + p_lease.
+Returns the end of the lease. Do it in the same transaction as the application's own writes of that step to make the step happen exactly once.
+Errors: TN001 on NULL or invalid arguments (both p_state and p_data NULL included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_release(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval, p_state text, p_data jsonb, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_due timestamptz;
+    v_kind text;
+BEGIN
+    PERFORM tenure._check_holder('task_release', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_delay('task_release', 'p_delay', p_delay);
+    IF p_state IS NOT NULL THEN
+        PERFORM tenure._check_name('task_release', 'p_state', p_state);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET owner = NULL, leased_at = NULL, next_action = v_now + p_delay, last_action = v_now,
+           state = coalesce(p_state, t.state), data = coalesce(p_data, t.data),
+           last_change = CASE WHEN p_state IS NULL AND p_data IS NULL THEN t.last_change ELSE v_now END
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action, t.kind INTO v_due, v_kind;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_release', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    IF p_delay = interval '0' THEN
+        PERFORM pg_notify('tenure_task', v_kind);
+    END IF;
+    RETURN v_due;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_release(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval DEFAULT '0', p_state text DEFAULT NULL,
+    p_data jsonb DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state, p_data, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb) IS
+$$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task.
+Returns when the task is next due.
+Errors: TN001 on NULL or invalid arguments (a negative delay included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_complete(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM tenure._check_holder('task_complete', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_name('task_complete', 'p_state', p_state);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET status = 'done', state = p_state, data = coalesce(p_data, t.data), owner = NULL, leased_at = NULL,
+           next_action = NULL, finished_at = v_now, last_change = v_now, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_complete', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_now;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_complete(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text DEFAULT 'done', p_data jsonb DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_complete(p_id, p_owner, p_epoch, p_state, p_data, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_complete(uuid, uuid, bigint, text, jsonb) IS
+$$Finish task p_id under the caller's lease: status done, final state p_state (default 'done'), optionally final data p_data. The task is kept for inspection until task_purge removes it.
+Returns the time it finished.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_fail(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_task tenure.task;
+BEGIN
+    PERFORM tenure._check_holder('task_fail', p_id, p_owner, p_epoch);
+    IF p_error IS NULL OR btrim(p_error) = '' THEN
+        PERFORM tenure._invalid_argument('task_fail', 'p_error', 'must describe the failure',
+            quote_nullable(p_error), 'Pass the error message; it is kept in last_error.');
+    END IF;
+    IF p_retry_delay IS NOT NULL THEN
+        PERFORM tenure._check_delay('task_fail', 'p_retry_delay', p_retry_delay);
+    END IF;
+    PERFORM tenure._durable();
+    -- Backoff by default: 1 s, 2 s, 4 s, ... after the 1st, 2nd, 3rd failure, at most 1 hour.
+    UPDATE tenure.task AS t
+       SET attempts = t.attempts + 1, last_error = p_error, owner = NULL, leased_at = NULL,
+           status = CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+           next_action = CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
+                              ELSE v_now + coalesce(p_retry_delay,
+                                  least(interval '1 second' * power(2, least(t.attempts, 12)), interval '1 hour'))
+                         END,
+           finished_at = CASE WHEN t.attempts + 1 >= t.max_attempts THEN v_now END,
+           last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.* INTO v_task;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_fail', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    IF v_task.next_action = v_now THEN
+        PERFORM pg_notify('tenure_task', v_task.kind);
+    END IF;
+    RETURN v_task.next_action;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_fail(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_fail(p_id, p_owner, p_epoch, p_error, p_retry_delay, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_fail(uuid, uuid, bigint, text, interval) IS
+$$Record a failed attempt of task p_id under the caller's lease, with the error p_error. The task is due again after p_retry_delay, or by default after an exponential backoff (1 s, 2 s, 4 s, ... at most 1 hour); once attempts reach max_attempts it is dead instead, for an operator to list and task_requeue.
+Returns when the task is next due, or NULL when it is dead.
+Errors: TN001 on NULL or invalid arguments (an empty error included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_fence(p_id uuid, p_owner uuid, p_epoch bigint, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+    v_now timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_fence', p_id, p_owner, p_epoch);
+    -- The share lock keeps task_acquire (SKIP LOCKED) and task_eject off the task
+    -- until the caller's transaction ends.
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR KEY SHARE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND OR v_task.owner IS DISTINCT FROM p_owner OR v_task.epoch <> p_epoch
+       OR v_task.status <> 'pending' OR v_task.next_action < v_now THEN
+        PERFORM tenure._task_refuse('task_fence', p_id, p_owner, p_epoch, v_now);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_fence(p_id uuid, p_owner uuid, p_epoch bigint)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_fence(p_id, p_owner, p_epoch, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_fence(uuid, uuid, bigint) IS
+$$Fence an application write: call it inside the transaction that makes the write; it raises TN102 (lease_lost) unless p_owner holds task p_id in epoch p_epoch under a lease that has not run out, and otherwise keeps any other instance from taking the task until that transaction ends.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 when the caller no longer holds the lease.$$;
+
+-- Taking over, requeueing and cleaning up --------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._task_eject(p_id uuid, p_owner uuid, p_lease interval, p_now timestamptz)
+RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+    v_now timestamptz;
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_eject', 'p_id', 'must not be NULL', NULL, 'Pass the id of the task to take over.');
+    END IF;
+    PERFORM tenure._check_instance('task_eject', 'p_owner', p_owner);
+    PERFORM tenure._check_duration('task_eject', 'p_lease', p_lease);
+    -- Wait for the current holder's fenced transaction, then read the clock.
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_eject', p_id, p_owner, 1, v_now);
+    END IF;
+    IF v_task.status <> 'pending' THEN
+        RETURN;  -- finished meanwhile: nothing to take over
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET owner = p_owner, epoch = t.epoch + 1, leased_at = v_now, next_action = v_now + p_lease,
+           last_action = v_now
+     WHERE t.id = p_id
+    RETURNING t.* INTO v_task;
+    INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
+    VALUES (p_id, v_task.epoch, p_owner, v_now, 'ejected');
+    RETURN NEXT (v_task.id, v_task.kind, v_task.state, v_task.data, v_task.epoch, v_task.attempts,
+                 v_task.next_action)::tenure.task_lease;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_eject(p_id uuid, p_owner uuid, p_lease interval)
+RETURNS SETOF tenure.task_lease
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._task_eject(p_id, p_owner, p_lease, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_eject(uuid, uuid, interval) IS
+$$Take task p_id over at once for instance p_owner (a REST callback, say), whoever holds it: p_owner becomes the owner with a new epoch and a lease of p_lease, so every later write of the previous owner is refused with TN102. Waits for a write the previous owner fenced to commit first.
+Returns the new lease; no row if the task is already done or dead.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_requeue(p_id uuid, p_delay interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_kind text;
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_requeue', 'p_id', 'must not be NULL', NULL, 'Pass the id of a dead task.');
+    END IF;
+    PERFORM tenure._check_delay('task_requeue', 'p_delay', p_delay);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET status = 'pending', attempts = 0, next_action = v_now + p_delay, finished_at = NULL,
+           last_action = v_now
+     WHERE t.id = p_id AND t.status = 'dead'
+    RETURNING t.kind INTO v_kind;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM tenure.task WHERE id = p_id) THEN
+            PERFORM tenure._task_refuse('task_requeue', p_id, NULL, 1, v_now);
+        END IF;
+        RETURN false;
+    END IF;
+    IF p_delay = interval '0' THEN
+        PERFORM pg_notify('tenure_task', v_kind);
+    END IF;
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_requeue(p_id uuid, p_delay interval DEFAULT '0')
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_requeue(p_id, p_delay, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_requeue(uuid, interval) IS
+$$Give a dead task p_id another life: pending again with its attempts reset, due after p_delay (default now). Its last_error is kept.
+Returns true if it was dead and is requeued, false if it is not dead (nothing changes).
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_purge(p_older_than interval, p_include_dead boolean, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_delay('task_purge', 'p_older_than', p_older_than);
+    IF p_include_dead IS NULL THEN
+        PERFORM tenure._invalid_argument('task_purge', 'p_include_dead', 'must not be NULL', NULL,
+            'Pass true to purge dead tasks too, false to keep them for inspection.');
+    END IF;
+    PERFORM tenure._durable();
+    DELETE FROM tenure.task AS t
+     WHERE t.status IN ('done', CASE WHEN p_include_dead THEN 'dead' END)
+       AND t.finished_at < v_now - p_older_than;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_purge(p_older_than interval, p_include_dead boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._task_purge(p_older_than, p_include_dead, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
+$$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.
+Returns how many tasks were deleted.
+Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
+
+GRANT EXECUTE ON FUNCTION
+    tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
+    tenure.task_enqueue_many(jsonb),
+    tenure.task_acquire(uuid, interval, integer, text[]),
+    tenure.task_extend(uuid, uuid, bigint, interval),
+    tenure.task_update(uuid, uuid, bigint, text, jsonb, interval),
+    tenure.task_release(uuid, uuid, bigint, interval, text, jsonb),
+    tenure.task_complete(uuid, uuid, bigint, text, jsonb),
+    tenure.task_fail(uuid, uuid, bigint, text, interval),
+    tenure.task_fence(uuid, uuid, bigint),
+    tenure.task_eject(uuid, uuid, interval),
+    tenure.task_requeue(uuid, interval),
+    tenure.task_purge(interval, boolean)
+TO tenure_worker;
