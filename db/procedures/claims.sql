@@ -321,6 +321,7 @@ BEGIN
     END IF;
     -- The share lock keeps claim_take (SKIP LOCKED) off the key until the caller's
     -- transaction ends.
+    PERFORM tenure._durable();  -- the fenced write commits as durably as the claim
     SELECT * INTO v_key FROM tenure.claim_key WHERE keyspace = p_keyspace AND key = p_key FOR KEY SHARE;
     v_now := coalesce(p_now, clock_timestamp());
     IF v_key.claimant IS DISTINCT FROM p_instance OR v_key.epoch <> p_epoch OR v_key.expires_at < v_now

@@ -16,17 +16,93 @@ BEGIN
 END
 $$;
 
--- tenure's writes must survive a server crash whatever the caller's session says:
--- a term granted, then lost in a crash, could be granted again to someone else.
--- Raise synchronous_commit from off to local for this transaction; never lower it.
+-- tenure's writes are only as real as their commit. A term granted and then lost in
+-- a crash or a failover could be granted again to someone else, so every write
+-- (the fences included: the application's fenced writes commit with them) waits for
+-- what the cluster promises: synchronous_commit is raised from off or local to on,
+-- which waits for the synchronous standbys when there are any; a stronger setting
+-- (remote_write, remote_apply) is kept. It also makes sure the write happens on the
+-- current primary and that grants of an earlier server were re-based (_follow_server).
 CREATE OR REPLACE FUNCTION tenure._durable() RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF current_setting('synchronous_commit') = 'off' THEN
-        PERFORM set_config('synchronous_commit', 'local', true);
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
+    PERFORM tenure._follow_server(NULL);
+END
+$$;
+
+-- A standby (or a primary that is being demoted) must not answer for tenure: its
+-- data may be behind the primary's.
+CREATE OR REPLACE FUNCTION tenure._on_primary() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'tenure: this server is a standby in recovery, not the primary'
+            USING ERRCODE = 'read_only_sql_transaction',
+                  DETAIL = 'pg_is_in_recovery() is true: its data may be behind the primary''s and it cannot write.',
+                  HINT = 'Connect tenure to the primary: list every node in the conninfo with'
+                      || ' target_session_attrs=read-write, or go through a proxy that follows the primary.';
+    END IF;
+END
+$$;
+
+-- The first write on a server that is not the one of the last generation (a
+-- failover promoted another timeline, or the database was restored elsewhere)
+-- starts a new generation and re-bases every grant that may still be live: its
+-- expiry becomes now + its own duration on the new server's clock. The old expiry
+-- was read from another clock, so a live grant could otherwise expire early on a
+-- clock that runs ahead; a holder steps down on its own within its duration of its
+-- last renewal, so the re-based expiry is never earlier than that. Grants that had
+-- run out more than their duration before (by the new clock) are left to expire.
+-- Terms of the heartbeat keep their holder but not their number: the holder's next
+-- renewal starts a new term (see _update_heartbeat).
+CREATE OR REPLACE FUNCTION tenure._follow_server(p_now timestamptz) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeline integer;
+    v_system   bigint;
+    v_current  tenure.server_generation;
+    v_now      timestamptz;
+BEGIN
+    PERFORM tenure._on_primary();
+    v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_system := (SELECT system_identifier FROM pg_control_system());
+    SELECT * INTO v_current FROM tenure.server_generation ORDER BY generation DESC LIMIT 1;
+    IF v_current.timeline = v_timeline AND v_current.system_identifier = v_system THEN
+        RETURN;
+    END IF;
+    -- One transaction re-bases; the others wait for it and then find it done.
+    LOCK TABLE tenure.server_generation IN SHARE ROW EXCLUSIVE MODE;
+    SELECT * INTO v_current FROM tenure.server_generation ORDER BY generation DESC LIMIT 1;
+    IF v_current.timeline = v_timeline AND v_current.system_identifier = v_system THEN
+        RETURN;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    UPDATE tenure.heartbeat
+       SET renewed_at = v_now
+     WHERE instance_id IS NOT NULL AND v_now - renewed_at <= 2 * timeout;
+    UPDATE tenure.task
+       SET next_action = v_now + (next_action - last_action), last_action = v_now
+     WHERE owner IS NOT NULL AND status = 'pending'
+       AND next_action >= v_now - (next_action - last_action);
+    UPDATE tenure.claim_key AS k
+       SET expires_at = v_now + (i.expires_at - i.renewed_at)
+      FROM tenure.claim_instance i
+     WHERE i.keyspace = k.keyspace AND i.instance_id = k.claimant
+       AND k.expires_at >= v_now - (i.expires_at - i.renewed_at);
+    UPDATE tenure.claim_instance
+       SET expires_at = v_now + (expires_at - renewed_at), renewed_at = v_now
+     WHERE expires_at >= v_now - (expires_at - renewed_at);
+    INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)
+    VALUES (coalesce(v_current.generation, 0) + 1, v_timeline, v_system, v_now);
 END
 $$;
 

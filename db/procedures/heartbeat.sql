@@ -18,8 +18,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_entry tenure.heartbeat;
-    v_now   timestamptz;
+    v_entry      tenure.heartbeat;
+    v_now        timestamptz;
+    v_generation bigint;
 BEGIN
     IF p_instance_id IS NULL OR p_utype IS NULL OR btrim(p_utype) = '' OR length(p_utype) > 200
        OR p_timeout IS NULL OR p_timeout <= interval '0'
@@ -40,6 +41,7 @@ BEGIN
     END IF;
 
     PERFORM tenure._durable();
+    v_generation := tenure._current_generation();
 
     -- The live primary renews in one statement. Reading the clock before the row
     -- lock is safe here: it can only make the renewal look older than it is.
@@ -47,6 +49,7 @@ BEGIN
     UPDATE tenure.heartbeat AS h
        SET renewed_at = v_now, timeout = p_timeout, heartbeat_interval = p_interval
      WHERE h.utype = p_utype AND h.instance_id = p_instance_id AND v_now - h.renewed_at <= h.timeout
+       AND h.generation = v_generation
     RETURNING h.* INTO v_entry;
     IF FOUND THEN
         RETURN tenure._as_primary_entry(v_entry);
@@ -65,13 +68,14 @@ BEGIN
     SELECT * INTO v_entry FROM tenure.heartbeat WHERE utype = p_utype FOR UPDATE;
     IF NOT FOUND THEN
         v_now := coalesce(p_now, clock_timestamp());
-        INSERT INTO tenure.heartbeat AS h (utype, instance_id, term, renewed_at, timeout, heartbeat_interval)
-        VALUES (p_utype, p_instance_id, 1, v_now, p_timeout, p_interval)
+        INSERT INTO tenure.heartbeat AS h (utype, instance_id, term, renewed_at, timeout, heartbeat_interval,
+                                           generation)
+        VALUES (p_utype, p_instance_id, 1, v_now, p_timeout, p_interval, v_generation)
         ON CONFLICT (utype) DO NOTHING
         RETURNING h.* INTO v_entry;
         IF FOUND THEN
-            INSERT INTO tenure.heartbeat_term (utype, term, instance_id, started_at)
-            VALUES (p_utype, 1, p_instance_id, v_now);
+            INSERT INTO tenure.heartbeat_term (utype, term, instance_id, started_at, generation)
+            VALUES (p_utype, 1, p_instance_id, v_now, v_generation);
             RETURN tenure._as_primary_entry(v_entry);
         END IF;
         -- A concurrent first bid created the entry: judge ours against it.
@@ -79,24 +83,31 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
 
-    IF v_entry.instance_id = p_instance_id AND v_now - v_entry.renewed_at <= v_entry.timeout THEN
+    IF v_entry.instance_id = p_instance_id AND v_now - v_entry.renewed_at <= v_entry.timeout
+       AND v_entry.generation = v_generation THEN
         -- The live primary renews.
         UPDATE tenure.heartbeat AS h
            SET renewed_at = v_now, timeout = p_timeout, heartbeat_interval = p_interval
          WHERE h.utype = p_utype
         RETURNING h.* INTO v_entry;
-    ELSIF v_entry.instance_id IS NULL OR v_now - v_entry.renewed_at > v_entry.timeout THEN
-        -- Vacant or expired (even if it was our own): a new term begins.
+    ELSIF v_entry.instance_id IS NULL OR v_now - v_entry.renewed_at > v_entry.timeout
+          OR v_entry.instance_id = p_instance_id THEN
+        -- Vacant or expired (even if it was our own), or our own term of an earlier
+        -- server generation (a failover happened since it was granted; a term is
+        -- never carried from one server to the next): a new term begins.
         UPDATE tenure.heartbeat_term AS t
-           SET ended_at = v_entry.renewed_at + v_entry.timeout, end_reason = 'expired'
+           SET ended_at = CASE WHEN v_now - v_entry.renewed_at > v_entry.timeout
+                               THEN v_entry.renewed_at + v_entry.timeout ELSE v_now END,
+               end_reason = CASE WHEN v_entry.instance_id IS NULL OR v_now - v_entry.renewed_at > v_entry.timeout
+                                 THEN 'expired' ELSE 'failover' END
          WHERE t.utype = p_utype AND t.term = v_entry.term AND t.ended_at IS NULL;
         UPDATE tenure.heartbeat AS h
            SET instance_id = p_instance_id, term = h.term + 1, renewed_at = v_now,
-               timeout = p_timeout, heartbeat_interval = p_interval
+               timeout = p_timeout, heartbeat_interval = p_interval, generation = v_generation
          WHERE h.utype = p_utype
         RETURNING h.* INTO v_entry;
-        INSERT INTO tenure.heartbeat_term (utype, term, instance_id, started_at)
-        VALUES (p_utype, v_entry.term, p_instance_id, v_now);
+        INSERT INTO tenure.heartbeat_term (utype, term, instance_id, started_at, generation)
+        VALUES (p_utype, v_entry.term, p_instance_id, v_now, v_generation);
     END IF;
     -- Otherwise another instance is live: the bid is discarded and the caller
     -- learns who is primary.
@@ -114,8 +125,9 @@ AS $$ SELECT * FROM tenure._update_heartbeat(p_instance_id, p_utype, p_timeout, 
 COMMENT ON FUNCTION tenure.update_heartbeat(uuid, text, interval, interval) IS
 $$Send a heartbeat for instance p_instance_id as a candidate for primary of service type p_utype, with timeout T = p_timeout (and, optionally, its heartbeat interval I = p_interval, which must satisfy T > 2I).
 The live primary renews its entry with the server's time. Anyone else takes the entry over only when it is vacant or (server time - last heartbeat) > the holder's T; the term then grows by one. Of two concurrent bids exactly one wins; the other is discarded.
+After a failover (a new server generation, see tenure.server_generation) the live holder keeps the entry but its first renewal starts a new term: no term is carried from one server to the next. The heartbeat commits with synchronous_commit raised to at least on.
 Returns one row: who is primary now and in which term, so the caller knows without a second round trip whether it won.
-Errors: TN001 on a NULL instance, an empty type or a non-positive duration; TN002 when T <= 2I.$$;
+Errors: TN001 on a NULL instance, an empty type or a non-positive duration; TN002 when T <= 2I; 25006 on a standby.$$;
 
 CREATE OR REPLACE FUNCTION tenure._get_primary(p_utype text, p_now timestamptz)
 RETURNS SETOF tenure.primary_entry
@@ -124,6 +136,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM tenure._check_name('get_primary', 'p_utype', p_utype);
+    PERFORM tenure._on_primary();
     RETURN QUERY
         SELECT e.*
           FROM tenure.heartbeat h, LATERAL tenure._as_primary_entry(h) e
@@ -176,6 +189,7 @@ DECLARE
 BEGIN
     PERFORM tenure._check_instance('heartbeat_resign', 'p_instance_id', p_instance_id);
     PERFORM tenure._check_name('heartbeat_resign', 'p_utype', p_utype);
+    PERFORM tenure._durable();
 
     SELECT * INTO v_entry FROM tenure.heartbeat
      WHERE utype = p_utype AND instance_id = p_instance_id
@@ -185,7 +199,6 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, clock_timestamp());
     v_live := v_now - v_entry.renewed_at <= v_entry.timeout;
-    PERFORM tenure._durable();
 
     UPDATE tenure.heartbeat_term AS t
        SET ended_at = CASE WHEN v_live THEN v_now ELSE v_entry.renewed_at + v_entry.timeout END,
@@ -225,13 +238,17 @@ BEGIN
             quote_nullable(p_term), 'Pass the term that update_heartbeat returned when this instance was elected.');
     END IF;
 
+    -- The fenced write commits as durably as a grant: it waits for the synchronous
+    -- standbys too, or a failover could keep the term and lose the write.
+    PERFORM tenure._durable();
     -- The share lock holds off any takeover until the caller's transaction ends,
     -- so the write it fences cannot commit after another term began.
     SELECT * INTO v_entry FROM tenure.heartbeat WHERE utype = p_utype FOR KEY SHARE;
     v_now := coalesce(p_now, clock_timestamp());
     IF v_entry.instance_id IS DISTINCT FROM p_instance_id
        OR v_entry.term IS DISTINCT FROM p_term
-       OR v_now - v_entry.renewed_at > v_entry.timeout THEN
+       OR v_now - v_entry.renewed_at > v_entry.timeout
+       OR v_entry.generation <> tenure._current_generation() THEN
         RAISE EXCEPTION 'tenure.heartbeat_fence: instance % is not the primary of % in term %',
                         p_instance_id, p_utype, p_term
             USING ERRCODE = 'TN101',
@@ -241,8 +258,10 @@ BEGIN
                           format('The entry of %L is vacant (term %s resigned).', p_utype, v_entry.term)
                       ELSE format('The entry of %L holds instance %s in term %s, last heartbeat %s, %s.',
                                   p_utype, v_entry.instance_id, v_entry.term, v_entry.renewed_at,
-                                  CASE WHEN v_now - v_entry.renewed_at > v_entry.timeout
-                                       THEN 'expired' ELSE 'live' END)
+                                  CASE WHEN v_now - v_entry.renewed_at > v_entry.timeout THEN 'expired'
+                                       WHEN v_entry.generation <> tenure._current_generation()
+                                       THEN 'granted before a failover (its next renewal starts a new term)'
+                                       ELSE 'live' END)
                   END,
                   HINT = 'Stop acting as primary and roll back: a write by a primary that lost its term'
                       || ' is refused so that it can never overwrite its successor''s work.';
@@ -257,7 +276,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT tenure._heartbeat_fence(p_instance_id, p_utype, p_term, NULL) $$;
 
 COMMENT ON FUNCTION tenure.heartbeat_fence(uuid, text, bigint) IS
-$$Fence an application write: call it inside the transaction that makes the write; it raises TN101 (not_primary) unless p_instance_id is the live primary of p_utype in term p_term, and otherwise holds off any takeover until that transaction ends. A primary that hung and lost its term can therefore never write.
+$$Fence an application write: call it inside the transaction that makes the write; it raises TN101 (not_primary) unless p_instance_id is the live primary of p_utype in term p_term, and otherwise holds off any takeover until that transaction ends. A primary that hung and lost its term can therefore never write. A term granted before a failover is refused until the holder renewed (and so got a new term), and the fenced transaction commits as durably as a grant (synchronous_commit at least on).
 Errors: TN001 on a NULL instance, an empty type or a term below 1; TN101 when the instance is not the live primary in that term.$$;
 
 GRANT EXECUTE ON FUNCTION

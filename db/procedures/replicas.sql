@@ -219,7 +219,8 @@ CREATE OR REPLACE FUNCTION tenure.replica_guard(
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT (tenure._replica_held('replica_guard', p_epoch, p_counter, p_scope)).epoch $$;
+-- The guarded write commits as durably as a grant (synchronous_commit at least on).
+AS $$ SELECT tenure._durable(); SELECT (tenure._replica_held('replica_guard', p_epoch, p_counter, p_scope)).epoch $$;
 
 COMMENT ON FUNCTION tenure.replica_guard(bigint, integer, text) IS
 $$The write guard: call it first in each non-idempotent write transaction of the active replica, on its lock connection. Raises TN101 (not leader) unless the calling session holds lock (p_scope, p_counter) now, and, when p_epoch is given, holds it in that epoch. Returns the epoch. A session keeps a session-level lock until it ends, so a transaction that passed the guard commits only while its replica is active.

@@ -584,6 +584,7 @@ BEGIN
     PERFORM tenure._check_holder('task_fence', p_id, p_owner, p_epoch);
     -- The share lock keeps task_acquire (SKIP LOCKED) and task_eject off the task
     -- until the caller's transaction ends.
+    PERFORM tenure._durable();  -- the fenced write commits as durably as the lease
     SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR KEY SHARE;
     v_now := coalesce(p_now, clock_timestamp());
     IF NOT FOUND OR v_task.owner IS DISTINCT FROM p_owner OR v_task.epoch <> p_epoch
@@ -620,6 +621,7 @@ BEGIN
     PERFORM tenure._check_instance('task_eject', 'p_owner', p_owner);
     PERFORM tenure._check_duration('task_eject', 'p_lease', p_lease);
     -- Wait for the current holder's fenced transaction, then read the clock.
+    PERFORM tenure._durable();
     SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR UPDATE;
     v_now := coalesce(p_now, clock_timestamp());
     IF NOT FOUND THEN
@@ -628,7 +630,6 @@ BEGIN
     IF v_task.status <> 'pending' THEN
         RETURN;  -- finished meanwhile: nothing to take over
     END IF;
-    PERFORM tenure._durable();
     UPDATE tenure.task AS t
        SET owner = p_owner, epoch = t.epoch + 1, leased_at = v_now, next_action = v_now + p_lease,
            last_action = v_now

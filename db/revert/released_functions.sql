@@ -8,4 +8,8 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/tasks@v0.1.0.sql
 \ir ../procedures/claims@v0.1.0.sql
 
+-- Functions that came after v0.1.0.
+DROP FUNCTION tenure._follow_server(timestamptz);
+DROP FUNCTION tenure._on_primary();
+
 COMMIT;

@@ -518,8 +518,8 @@ SELECT ok(NOT tenure._claim_check('chk', '00000000-0000-0000-0000-00000000000b',
 SET LOCAL synchronous_commit = off;
 SELECT lives_ok($$SELECT * FROM tenure.claim_renew('durable', '00000000-0000-0000-0000-00000000000a', '10 s')$$,
     'a renewal in a session with synchronous_commit = off');
-SELECT is(current_setting('synchronous_commit'), 'local',
-    'tenure raised synchronous_commit to local for the transaction that renewed');
+SELECT is(current_setting('synchronous_commit'), 'on',
+    'tenure raised synchronous_commit to on for the transaction that renewed');
 SET LOCAL synchronous_commit = on;
 
 -- Bad input raises TN001 and changes nothing -----------------------------------------------

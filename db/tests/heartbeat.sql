@@ -164,8 +164,8 @@ SELECT results_eq(
 SET LOCAL synchronous_commit = off;
 SELECT lives_ok($$SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-0000000000c1', 'live', '3 s', '1 s')$$,
     'a renewal in a session with synchronous_commit = off');
-SELECT is(current_setting('synchronous_commit'), 'local',
-    'tenure raised synchronous_commit to local for the transaction that wrote a heartbeat');
+SELECT is(current_setting('synchronous_commit'), 'on',
+    'tenure raised synchronous_commit to on for the transaction that wrote a heartbeat');
 SET LOCAL synchronous_commit = remote_apply;
 SELECT lives_ok($$SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-0000000000c1', 'live', '3 s', '1 s')$$,
     'a renewal in a session with synchronous_commit = remote_apply');

@@ -668,8 +668,8 @@ SELECT results_eq(
 SET LOCAL synchronous_commit = off;
 SELECT lives_ok($$SELECT * FROM tenure.task_enqueue('durable', p_id => '00000000-0000-0000-0000-000000000502')$$,
     'an enqueue in a session with synchronous_commit = off');
-SELECT is(current_setting('synchronous_commit'), 'local',
-    'tenure raised synchronous_commit to local for the transaction that enqueued');
+SELECT is(current_setting('synchronous_commit'), 'on',
+    'tenure raised synchronous_commit to on for the transaction that enqueued');
 SET LOCAL synchronous_commit = on;
 
 -- Bad input raises tenure's SQLSTATEs and changes nothing ------------------------------------
