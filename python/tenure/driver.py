@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
+from tenure.connect import confirm_commit, forget_unconfirmed
 from tenure.errors import from_psycopg
 
 T = TypeVar("T")
@@ -293,16 +294,29 @@ class Driver:
         self.connection = connection
 
     def _rows(self, row_type: type[T], query: str, params: Sequence[object] | dict[str, object]) -> list[T]:
-        with _translated(), self.connection.cursor(row_factory=class_row(row_type)) as cursor:
+        rows = class_row(row_type)
+        with self._committed(), _translated(), self.connection.cursor(row_factory=rows) as cursor:
             cursor.execute(query, params)
             return cursor.fetchall()
 
     def _scalar(self, query: str, params: Sequence[object]) -> Any:
-        with _translated(), self.connection.cursor() as cursor:
+        with self._committed(), _translated(), self.connection.cursor() as cursor:
             cursor.execute(query, params)
             row = cursor.fetchone()
             assert row is not None
             return row[0]
+
+    @contextmanager
+    def _committed(self) -> Iterator[None]:
+        """On an autocommit connection each call commits: raise CommitNotConfirmed if that
+        commit was not confirmed by the synchronous standbys. (In a transaction, the caller
+        checks its own commit: :func:`tenure.connect.durable_transaction`.)"""
+        if not self.connection.autocommit:
+            yield
+            return
+        forget_unconfirmed(self.connection)
+        yield
+        confirm_commit(self.connection)
 
     def server_time(self) -> datetime:
         """The database's clock (the start of the current transaction, if one is open)."""

@@ -4,7 +4,10 @@ Every I it polls ``get_primary``; when the entry is empty or expired it bids wit
 ``update_heartbeat`` and becomes primary only when the database says it won. As
 primary it renews every I and steps down as soon as a renewal fails, names someone
 else, or has not succeeded within T - I of when it was *sent* (monotonic clock),
-whichever comes first, whatever the database says later.
+whichever comes first, whatever the database says later. A term it stepped down
+from is never taken up again: if the database still names it in that term, it
+resigns and bids for a new one. After a database failover its first renewal on the
+new server starts a new term (see docs/guide.md, "Database failover").
 """
 
 from __future__ import annotations
@@ -106,9 +109,12 @@ class Elector(GrantLoop):
         """Block until this instance is primary (True) or ``timeout`` passes (False)."""
         return self._wait_for_grant(timeout)
 
-    def stop(self, *, resign: bool = True) -> None:  # type: ignore[override]
-        """Stop the loop; with ``resign``, give primacy up in the database at once."""
-        super().stop(leave=resign)
+    def stop(self, *, resign: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
+        """Stop the loop; with ``resign``, give primacy up in the database at once.
+
+        Takes at most ``grace`` seconds (default T - I), even while the database is away.
+        """
+        super().stop(leave=resign, grace=grace)
 
     # -- the cycle ------------------------------------------------------------------
 
@@ -125,6 +131,12 @@ class Elector(GrantLoop):
         )
         if entry.instance_id != self.instance_id:
             self._demote(f"overtaken by {entry.instance_id} in term {entry.term}")
+            return
+        if self._given_up(entry.term):
+            # The database still names us in a term this instance already stepped down
+            # from (a renewal came too late, or the connection failed while the server
+            # kept the term). Never take a term up again: end it, and bid afresh.
+            driver.heartbeat_resign(self.instance_id, self.utype)
             return
         self._confirm(entry.term, sent + self.timing.safe_window, too_late="renewal answered too late")
 

@@ -75,6 +75,15 @@ class NotFound(TenureError, LookupError):
     sqlstate = "TN201"
 
 
+class CommitNotConfirmed(TenureError, psycopg.OperationalError):
+    """A commit the server could not confirm: its wait for a synchronous standby was cancelled.
+
+    The transaction committed on the primary only, and a failover can lose it, so
+    the call counts as failed (and as an ``OperationalError``: the connection is
+    closed). Raised by the client, not by a tenure function.
+    """
+
+
 BY_SQLSTATE: dict[str, type[TenureError]] = {
     cls.sqlstate: cls
     for cls in (

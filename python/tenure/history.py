@@ -3,6 +3,10 @@
 The terms come from ``tenure.heartbeat_term`` (server clock); a term still running
 ends, for these checks, when its entry would expire. Reading them needs a role that
 may read tenure's tables (the owner or a superuser), as operators and tests have.
+
+Times of two server generations (before and after a database failover) were read
+from two clocks: they are compared only within one generation, and across
+generations only the order of terms counts.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Term:
     started_at: datetime
     ended_at: datetime
     end_reason: str | None
+    generation: int = 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ def read_terms(connection: psycopg.Connection[Any], utype: str | None = None) ->
         cursor.execute(
             """
             SELECT t.utype, t.term, t.instance_id, t.started_at,
-                   coalesce(t.ended_at, h.renewed_at + h.timeout) AS ended_at, t.end_reason
+                   coalesce(t.ended_at, h.renewed_at + h.timeout) AS ended_at, t.end_reason, t.generation
               FROM tenure.heartbeat_term t
               JOIN tenure.heartbeat h USING (utype)
              WHERE %(utype)s::text IS NULL OR t.utype = %(utype)s
@@ -55,16 +60,19 @@ def read_terms(connection: psycopg.Connection[Any], utype: str | None = None) ->
 
 
 def check_terms(terms: Iterable[Term]) -> list[str]:
-    """Violations: two holders of one type at one instant, or terms that do not grow."""
+    """Violations: two holders of one type at one instant (within a server generation),
+    terms that do not grow, or a term of an earlier generation after a later one."""
     problems: list[str] = []
     by_type: dict[str, list[Term]] = {}
     for term in terms:
         by_type.setdefault(term.utype, []).append(term)
     for utype, held in by_type.items():
-        held.sort(key=lambda t: t.started_at)
+        held.sort(key=lambda t: (t.generation, t.started_at))
         for before, after in itertools.pairwise(held):
             if after.term <= before.term:
                 problems.append(f"{utype}: term {after.term} started after term {before.term}")
+            if after.generation != before.generation:
+                continue  # two clocks: the order of generations is the order of time
             # An expired term holds through ended_at (last heartbeat + T, inclusive);
             # a resigned one ends at ended_at, which a successor may start at.
             overlap = after.started_at < before.ended_at or (

@@ -1,7 +1,9 @@
 """What the elector and the claimer share: a loop that runs one cycle every ``period``
 seconds on a connection of its own, and a watchdog that steps down when the safe
 window since the last successful cycle has passed, even while the loop is stuck in
-a call to the database."""
+a call to the database. A call that overruns the safe window has its socket
+abandoned, so the loop reconnects (through every host of the conninfo) instead of
+waiting on a frozen server."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any, Self
 
 import psycopg
 
-from tenure.connect import connect
+from tenure.connect import Deadlines, connect
 from tenure.driver import Driver
 from tenure.metrics import Metrics
 
@@ -47,6 +49,7 @@ class CycleLoop:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._connection: psycopg.Connection[Any] | None = None
+        self._deadlines = Deadlines(label)
 
     # -- to implement ------------------------------------------------------------------
 
@@ -81,21 +84,35 @@ class CycleLoop:
             self._threads.append(thread)
         return self
 
-    def stop(self, *, leave: bool = True) -> None:
-        """Stop the loop and give up locally; with ``leave``, in the database too."""
+    def stop(self, *, leave: bool = True, grace: float | None = None) -> None:
+        """Stop the loop and give up locally; with ``leave``, in the database too.
+
+        Bounded by ``grace`` seconds (default: the safe window) even while the
+        database is away: a leave that fails is tried again until then, so that a
+        successor need not wait for the grant to expire when the database returns
+        in time.
+        """
+        end = time.monotonic() + (self.safe_window if grace is None else grace)
         self._stopping.set()
         with self._state:
             self._state.notify_all()
         for thread in self._threads:
-            thread.join()
+            thread.join()  # a cycle in progress ends within the safe window (see _run)
         self._threads.clear()
         self._stopped()
-        if leave:
+        while leave:
             try:
-                self._leave(self._driver())
+                with self._deadlines.bounded(self._open(), max(0.1, end - time.monotonic())):
+                    self._leave(Driver(self._open()))
+                break
             except psycopg.Error as error:
-                log.warning("%s: could not leave cleanly: %s", self.label, error)
+                self._close()
+                if time.monotonic() + 0.2 >= end:
+                    log.warning("%s: could not leave cleanly: %s", self.label, error)
+                    break
+                time.sleep(0.2)
         self._close()
+        self._deadlines.close()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -107,12 +124,18 @@ class CycleLoop:
 
     # -- the loop --------------------------------------------------------------------------
 
+    def _open(self) -> psycopg.Connection[Any]:
+        """The loop's connection, (re)connected when needed."""
+        if self._connection is None or self._connection.closed or self._connection.broken:
+            self._close()
+            self._connection = self._connect()
+        return self._connection
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return connect(self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window)
+
     def _driver(self) -> Driver:
-        if self._connection is None or self._connection.closed:
-            self._connection = connect(
-                self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window
-            )
-        return Driver(self._connection)
+        return Driver(self._open())
 
     def _close(self) -> None:
         if self._connection is not None:
@@ -124,7 +147,9 @@ class CycleLoop:
         while not self._stopping.is_set():
             try:
                 with self._cycle_seconds.time():
-                    self._cycle(self._driver())
+                    connection = self._open()
+                    with self._deadlines.bounded(connection, self.safe_window):
+                        self._cycle(Driver(connection))
             except psycopg.Error as error:
                 log.warning("%s: cycle failed: %s", self.label, error)
                 self._cycle_failures.inc()
@@ -177,6 +202,7 @@ class GrantLoop(CycleLoop):
         self._on_lost = on_lost
         self._grant: int | None = None
         self._since = time.monotonic()  # when the grant last changed
+        self._last_lost: int | None = None  # the last grant given up locally
 
     def _gained(self, grant: int) -> None:
         """A new grant (called without _state)."""
@@ -212,6 +238,12 @@ class GrantLoop(CycleLoop):
     def _holding(self) -> bool:
         return self._grant is not None
 
+    def _given_up(self, grant: int) -> bool:
+        """Whether ``grant`` was already given up here: it must never be taken up again
+        (``on_gained`` twice for one term), even if the database still names us."""
+        with self._state:
+            return self._grant is None and self._last_lost is not None and grant <= self._last_lost
+
     def _confirm(self, grant: int, deadline: float, *, too_late: str) -> None:
         """The database confirmed ``grant`` for an answer to a request sent at deadline - window."""
         if time.monotonic() >= deadline:
@@ -240,6 +272,7 @@ class GrantLoop(CycleLoop):
             self._grant = None
             self._deadline = 0.0
             self._since = time.monotonic()
+            self._last_lost = previous
             self._state.notify_all()
         self._lost_grant(previous, reason)
         self._call(self._on_lost, reason)

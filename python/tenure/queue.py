@@ -27,7 +27,14 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from tenure.claimer import Claimer, Keys
-from tenure.connect import listen
+from tenure.connect import (
+    connect,
+    connection_options,
+    instance_name,
+    listen,
+    refuse_transaction_pooling,
+    watch_commits,
+)
 from tenure.driver import BatchGrant, Driver, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
@@ -121,7 +128,15 @@ class SubmissionPool:
             metrics=self.metrics,
         )
         self.pool: ConnectionPool[Any] = ConnectionPool(
-            conninfo, min_size=1, max_size=submitters + 2, kwargs={"autocommit": True}, open=False
+            conninfo,
+            min_size=1,
+            max_size=submitters + 2,
+            kwargs=connection_options(
+                application_name=f"tenure queue {instance_name(name)}", deadline=expiry
+            ),
+            configure=watch_commits,
+            timeout=expiry,
+            open=False,
         )
         # Idle submitters ask the database at most once per poll interval between them.
         self.queuer = Queuer(
@@ -147,6 +162,13 @@ class SubmissionPool:
         self.skipped = 0
 
     def start(self) -> SubmissionPool:
+        # A direct connection first: a pooler that refuses tenure's startup options, or
+        # LISTEN through a transaction pooler, is reported here and not as a pool timeout.
+        with connect(self.conninfo, application_name="tenure queue probe", deadline=5.0) as probe:
+            if self.listen:
+                refuse_transaction_pooling(
+                    probe, self.conninfo, what="a queue that listens for new batches", needs="LISTEN"
+                )
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
         targets = [self._submitter] * self.submitters + [self._monitor]

@@ -42,7 +42,7 @@ from typing import Any, Self
 
 import psycopg
 
-from tenure.connect import connect, instance_name
+from tenure.connect import connect, instance_name, refuse_transaction_pooling
 from tenure.driver import Driver, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
 from tenure.health import JsonEndpoint
@@ -203,45 +203,41 @@ class ReplicaManager(GrantLoop):
 
     def start(self) -> Self:
         if self.check_pooling:
-            self._refuse_transaction_pooling()
-        return super().start()
-
-    # -- the cycle ---------------------------------------------------------------------
-
-    def _driver(self) -> Driver:
-        if self._connection is None or self._connection.closed:
-            self._connection = connect(
+            # The first lock connection is checked before anything is set on its session:
+            # through a transaction pooler that would change a server session others share.
+            connection = connect(
                 self.conninfo,
                 application_name=f"tenure replica {self.name}",
                 deadline=self.timing.idle_timeout,
                 idle_session_timeout=self.timing.idle_timeout,
             )
-            # Again by SQL: a proxy (pgbouncer's ignore_startup_parameters) may drop the
-            # startup options, and without the timeout a frozen replica keeps the lock.
-            Driver(self._connection).set_idle_session_timeout(self.timing.idle_timeout)
-        return Driver(self._connection)
+            try:
+                refuse_transaction_pooling(
+                    connection, self.conninfo, what="tenure replicas", needs="a session advisory lock"
+                )
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = self._lock_session(connection)
+        return super().start()
 
-    def _refuse_transaction_pooling(self) -> None:
-        """Two connections must reach two server sessions, and one connection always the same."""
-        lock = self._driver()
-        with connect(
-            self.conninfo, application_name=f"tenure replica probe {self.name}", deadline=5.0
-        ) as probe:
-            first = lock.backend_pid()
-            for _ in range(3):
-                other = Driver(probe).backend_pid()
-                again = lock.backend_pid()
-                if other == first or again != first:
-                    self._close()
-                    raise InvalidConfiguration(
-                        "tenure replicas cannot run through a transaction-pooling proxy: a session "
-                        "advisory lock would be held by a server session that other clients share",
-                        detail=f"Two connections were served by server process {first}"
-                        if other == first
-                        else f"One connection was served by server processes {first} and {again}.",
-                        hint="Connect the replica's lock connection to PostgreSQL directly or through "
-                        "a session-pooling proxy (pgbouncer pool_mode = session).",
-                    )
+    # -- the cycle ---------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return self._lock_session(
+            connect(
+                self.conninfo,
+                application_name=f"tenure replica {self.name}",
+                deadline=self.timing.idle_timeout,
+                idle_session_timeout=self.timing.idle_timeout,
+            )
+        )
+
+    def _lock_session(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        # Again by SQL: a proxy (pgbouncer's ignore_startup_parameters) may drop the
+        # startup options, and without the timeout a frozen replica keeps the lock.
+        Driver(connection).set_idle_session_timeout(self.timing.idle_timeout)
+        return connection
 
     def _cycle(self, driver: Driver) -> None:
         with self._state:

@@ -12,6 +12,13 @@ Every task in flight has its lease extended in the background. When an extension
 is refused, or none succeeded within the safe window (2/3 of the lease after the
 last one was sent), the task is lost: ``task.lost`` is set, its outcome is
 discarded, and nothing more of it reaches the database.
+
+Every call is bounded by the safe window (a call on a frozen server has its socket
+abandoned), a call that failed because the connection no longer reaches a writable
+primary is retried at once on another connection while the lease allows, pooled
+connections idle for a while are checked before use, and stopping takes at most
+``shutdown_grace`` seconds even while the database is away: a failover costs at
+most the tasks whose leases it outlasts.
 """
 
 from __future__ import annotations
@@ -20,15 +27,26 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from tenure.connect import instance_name, listen
+from tenure.connect import (
+    Deadlines,
+    connect,
+    connection_options,
+    durable_transaction,
+    instance_name,
+    listen,
+    lost_server,
+    refuse_transaction_pooling,
+    watch_commits,
+)
 from tenure.driver import Driver, TaskLease
 from tenure.errors import InvalidConfiguration, LeaseLost
 from tenure.metrics import Metrics
@@ -36,6 +54,10 @@ from tenure.metrics import Metrics
 log = logging.getLogger(__name__)
 
 Writes = Callable[[psycopg.Connection[Any]], object]
+R = TypeVar("R")
+_LAST_USED = "_tenure_last_used"
+# A pooled connection idle for longer than this is checked before it is handed out.
+CHECK_AFTER_IDLE = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,26 +168,71 @@ class TaskWorker:
         self._stopping = threading.Event()  # no more new tasks
         self._closed = threading.Event()  # no more leases kept either
         self._threads: dict[str, threading.Thread] = {}
+        self._deadlines = Deadlines(f"tasks {self.name}")
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
             max_size=concurrency + 2,
             kwargs=self._connection_options(),
+            configure=watch_commits,
+            check=self._check,
+            timeout=self.safe_window,
+            reconnect_timeout=max(60.0, 10 * lease),
             open=False,
             name=f"tenure-tasks-{self.name}",
         )
 
     def _connection_options(self) -> dict[str, Any]:
-        millis = max(1000, int(self.safe_window * 1000))
-        return {
-            "autocommit": True,
-            "application_name": f"tenure tasks {self.name}"[:63],
-            "options": f"-c statement_timeout={millis} -c idle_in_transaction_session_timeout={millis}",
-        }
+        return connection_options(application_name=f"tenure tasks {self.name}", deadline=self.safe_window)
+
+    def _check(self, connection: psycopg.Connection[Any]) -> None:
+        """A connection idle for a while may lead to a server that failed over: ask it first."""
+        if time.monotonic() - getattr(connection, _LAST_USED, 0.0) < CHECK_AFTER_IDLE:
+            return
+        with self._deadlines.bounded(connection, min(self.safe_window, 2.0)):
+            connection.execute("")
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one call, bounded by the safe window; a connection that
+        no longer reaches a writable primary is closed, so the pool replaces it."""
+        with self._pool.connection(timeout=self.safe_window) as connection:
+            try:
+                with self._deadlines.bounded(connection, self.safe_window):
+                    yield connection
+            except BaseException as error:
+                if lost_server(error, connection):
+                    connection.close()
+                raise
+            finally:
+                setattr(connection, _LAST_USED, time.monotonic())
+
+    def _call(self, call: Callable[[psycopg.Connection[Any]], R], *, until: float) -> R:
+        """``call`` on a pooled connection, tried again at once on another one while the
+        server is lost (a failover, a stale pooled connection) and ``until`` is ahead."""
+        while True:
+            try:
+                with self._connection() as connection:
+                    return call(connection)
+            except psycopg.Error as error:
+                if not lost_server(error) or time.monotonic() + 0.05 >= until or self._closed.is_set():
+                    raise
+                log.info("%s: the database connection failed, trying again: %s", self.name, error)
+                time.sleep(0.05)
 
     # -- life cycle ---------------------------------------------------------------
 
     def start(self) -> TaskWorker:
+        # A direct connection first: a pooler that refuses tenure's startup options, or
+        # LISTEN through a transaction pooler, is reported here and not as a pool timeout.
+        with connect(self.conninfo, application_name=f"tenure tasks {self.name}", deadline=5.0) as probe:
+            if self.listen:
+                refuse_transaction_pooling(
+                    probe,
+                    self.conninfo,
+                    what="a task worker that listens for new tasks",
+                    needs="LISTEN",
+                )
         self._pool.open(wait=True, timeout=30)
         loops: list[tuple[Callable[[], None], str]] = [(self._poll, "poll"), (self._extend, "extend")]
         if self.listen:
@@ -177,16 +244,22 @@ class TaskWorker:
 
     def stop(self) -> None:
         """Stop taking tasks, let those in flight finish for ``shutdown_grace``, release the rest."""
+        deadline = time.monotonic() + self.shutdown_grace
         self._stopping.set()
         self._wake.set()
-        self._threads["poll"].join()
-        deadline = time.monotonic() + self.shutdown_grace
+        self._threads["poll"].join()  # an acquisition in progress ends within the safe window
         while self._held() and time.monotonic() < deadline:
             time.sleep(0.02)
         for task in self._held():
             task.lost.set()  # whatever it still produces is discarded
+            if time.monotonic() >= deadline:
+                continue  # its lease runs out by itself
+            left = max(0.1, deadline - time.monotonic())
             try:
-                with self._pool.connection() as connection:
+                with (
+                    self._pool.connection(timeout=left) as connection,
+                    self._deadlines.bounded(connection, left),
+                ):
                     Driver(connection).task_release(task.id, task.owner, task.epoch)
             except (LeaseLost, psycopg.Error) as error:
                 log.info("%s: could not release %s: %s", self.name, task.id, error)
@@ -194,7 +267,8 @@ class TaskWorker:
         for thread in self._threads.values():
             thread.join()
         self._threads.clear()
-        self._pool.close()
+        self._pool.close(timeout=max(0.1, deadline - time.monotonic()))
+        self._deadlines.close()
 
     def __enter__(self) -> TaskWorker:
         return self.start()
@@ -230,7 +304,7 @@ class TaskWorker:
 
     def _acquire(self, limit: int) -> int:
         sent = time.monotonic()
-        with self._pool.connection() as connection:
+        with self._connection() as connection:
             leases = Driver(connection).task_acquire(
                 self.instance_id, lease=self.lease, limit=limit, kinds=self.kinds
             )
@@ -286,8 +360,12 @@ class TaskWorker:
                     continue
                 sent = time.monotonic()
                 try:
-                    with self._pool.connection() as connection:
-                        Driver(connection).task_extend(task.id, task.owner, task.epoch, lease=self.lease)
+                    self._call(
+                        lambda connection, task=task: Driver(connection).task_extend(  # type: ignore[misc]
+                            task.id, task.owner, task.epoch, lease=self.lease
+                        ),
+                        until=task.valid_until,
+                    )
                     task.valid_until = sent + self.safe_window
                 except LeaseLost as error:
                     self._lose(task, error.detail or error.message)
@@ -345,35 +423,7 @@ class TaskWorker:
             self._discard(task, "the lease was lost before the outcome was recorded")
             return False
         try:
-            with self._pool.connection() as connection, connection.transaction():
-                driver = Driver(connection)
-                writes: Writes | None = None
-                if isinstance(outcome, Complete):
-                    driver.task_complete(
-                        task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
-                    )
-                    writes = outcome.writes
-                elif isinstance(outcome, Next):
-                    driver.task_update(
-                        task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
-                    )
-                    writes = outcome.writes
-                elif isinstance(outcome, Release):
-                    driver.task_release(
-                        task.id,
-                        task.owner,
-                        task.epoch,
-                        delay=outcome.delay,
-                        state=outcome.state,
-                        data=outcome.data,
-                    )
-                    writes = outcome.writes
-                else:
-                    driver.task_fail(
-                        task.id, task.owner, task.epoch, error=outcome.error, retry_delay=outcome.retry_delay
-                    )
-                if writes is not None:
-                    writes(connection)
+            self._call(lambda connection: self._record(connection, task, outcome), until=task.valid_until)
         except LeaseLost as error:
             self._lose(task, error.detail or error.message)
             self._discard(task, "the database refused the outcome")
@@ -393,6 +443,36 @@ class TaskWorker:
         elif isinstance(outcome, Fail):
             self.metrics.tasks_failed.labels(task.kind).inc()
         return True
+
+    def _record(self, connection: psycopg.Connection[Any], task: Task, outcome: Outcome) -> None:
+        """The outcome's transition and its writes in one transaction, confirmed by the cluster."""
+        if task.is_lost():
+            raise LeaseLost(f"the lease of task {task.id} ran out before its outcome was recorded")
+        with durable_transaction(connection):
+            driver = Driver(connection)
+            writes: Writes | None = None
+            if isinstance(outcome, Complete):
+                driver.task_complete(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
+                writes = outcome.writes
+            elif isinstance(outcome, Next):
+                driver.task_update(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
+                writes = outcome.writes
+            elif isinstance(outcome, Release):
+                driver.task_release(
+                    task.id,
+                    task.owner,
+                    task.epoch,
+                    delay=outcome.delay,
+                    state=outcome.state,
+                    data=outcome.data,
+                )
+                writes = outcome.writes
+            else:
+                driver.task_fail(
+                    task.id, task.owner, task.epoch, error=outcome.error, retry_delay=outcome.retry_delay
+                )
+            if writes is not None:
+                writes(connection)
 
     def _discard(self, task: Task, why: str) -> None:
         with self._lock:
