@@ -62,7 +62,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -70,6 +70,7 @@ from typing import Any, Self
 
 import procs
 import psycopg
+import pytest
 from psycopg.conninfo import make_conninfo
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -556,7 +557,10 @@ class PatroniCluster:
             timer = threading.Timer(timeout, connection.cancel)
             timer.start()
             try:
-                connection.execute("SELECT txid_current()")
+                # WAL in a transaction with an xid: its commit waits for the sync standby
+                # (txid_current() alone writes no WAL before the commit record, and such a
+                # commit does not wait)
+                connection.execute("SELECT pg_logical_emit_message(true, 'tenure-harness', 'write probe')")
             except psycopg.Error:
                 return False
             finally:
@@ -684,3 +688,22 @@ class PatroniCluster:
             yield
         finally:
             self.thaw_node(name)
+
+
+class FailureLogs:
+    """A pytest plugin that adds ``logs()`` to the report of every test that fails while it
+    is registered; a module fixture registers it for as long as its cluster lives:
+
+        request.config.pluginmanager.register(FailureLogs(cluster.log_tails), "patroni logs")
+    """
+
+    def __init__(self, logs: Callable[[], str], title: str = "harness logs") -> None:
+        self.logs = logs
+        self.title = title
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if report.failed:
+            report.sections.append((self.title, self.logs()))
+        return report
