@@ -37,10 +37,18 @@ Faults, and what each one does:
   that preloads libfaketime, so ``now()`` on that node runs ahead (Patroni's own clock
   and CLOCK_MONOTONIC are not shifted).
 
-Measured on the 2-core development machine (3 nodes, strict synchronous mode):
-startup to a writable leader with a streaming sync standby 5-7 s; switchover to a
-writable new leader about 3 s; SIGKILL of the leader to a writable new leader 10-12 s
-(the ttl of 10 s is most of it); SIGSTOP of the leader to a new leader 10-13 s.
+Measured on the 2-core development machine (3 nodes, strict synchronous mode, the
+smoke tests of test_patroni_harness.py, two runs):
+
+- startup to a writable leader with a streaming sync standby: 7.8-9.0 s (initdb,
+  two pg_basebackups, then Patroni assigns the sync standby one loop later);
+- switchover (POST /switchover) to a writable new leader: 3.1-3.2 s;
+- SIGKILL of the leader to a writable new leader: 11.9-12.0 s (the ttl of 10 s is most
+  of it); the killed node, started again, streams again after 3.5 s;
+- SIGSTOP of the leader to a writable new leader (in strict mode that also needs the
+  remaining replica re-pointed and made sync): 13.7 s; after SIGCONT the old leader is
+  demoted and streams again after 3.5 s;
+- a stalled walreceiver on the sync standby holds the leader's commits (until resumed).
 
 Cleanup is complete however the test ends: leaving the ``with`` block (or
 :meth:`close`) thaws every frozen process and SIGKILLs every process of the scratch

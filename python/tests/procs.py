@@ -148,19 +148,35 @@ def processes_of(directory: Path, *, exclude: Iterable[int] = ()) -> set[int]:
     return descendants(roots, table) - skip
 
 
+def reapers_of(directory: Path) -> set[int]:
+    """The live reapers (``--reap``) whose command names directory."""
+    needle = f"{directory}/"
+    return {
+        pid
+        for pid, (_, state, cmdline) in process_table().items()
+        if REAPER_MARK in cmdline and needle in cmdline and state not in "ZX"
+    }
+
+
 def sweep(
     directory: Path, *, exclude: Iterable[int] = (), remove: bool = True, timeout: float = 15.0
 ) -> None:
-    """SIGCONT + SIGKILL every process of directory until none is left, then remove it."""
+    """SIGCONT + SIGKILL every process of directory until none is left, then remove it.
+    Its reapers get SIGCONT only (a frozen one would never reap), and end by themselves."""
     exclude = set(exclude)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = processes_of(directory, exclude=exclude)
-        if not pids:
+        reapers = reapers_of(directory)
+        signal_all(reapers, signal.SIGCONT)
+        if not pids and not reapers:
             break
         signal_all(pids, signal.SIGCONT)
         signal_all(pids, signal.SIGKILL)
         time.sleep(0.05)
+    else:
+        # a reaper that did not end: its orphans go to PID 1 (maybe as zombies), but go
+        signal_all(reapers_of(directory), signal.SIGKILL)
     if remove:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -64,8 +64,8 @@ def test_clock_offset_shifts_now_on_that_node_only(cluster: PatroniCluster) -> N
         (server,) = cluster.psql(name, "SELECT extract(epoch FROM clock_timestamp())::float8")[0]
         return float(server) - (before + time.time()) / 2
 
-    assert 1.5 < skew("n3") < 2.5
-    assert abs(skew("n1")) < 0.5
+    assert 1.0 < skew("n3") < 3.0
+    assert abs(skew("n1")) < 1.0
 
 
 def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
