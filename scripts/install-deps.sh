@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
           libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv
-          haproxy pgbouncer)
+          haproxy pgbouncer patroni etcd-server faketime libfaketime)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -28,6 +28,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get -o DPkg::Lock::Timeout=600 update -qq
     # The postgresql package starts a system cluster on 5432; tenure never uses it.
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's etcd-server, patroni and pgbouncer start system daemons where the init system
+# lets them (etcd on 2379, pgbouncer on 6432). The tests start their own on free ports,
+# so stop and disable the system ones; where none runs this does nothing.
+if [ "$(id -u)" = 0 ]; then
+    for service in etcd patroni pgbouncer pgbouncer.socket; do
+        if [ -d /run/systemd/system ]; then
+            if systemctl is-enabled --quiet "$service" 2>/dev/null || systemctl is-active --quiet "$service"; then
+                echo "stopping and disabling the system service $service"
+                systemctl disable --now --quiet "$service" || true
+            fi
+        elif [ -x "/etc/init.d/$service" ] && "/etc/init.d/$service" status >/dev/null 2>&1; then
+            echo "stopping and disabling the system service $service"
+            "/etc/init.d/$service" stop >/dev/null || true
+            update-rc.d "$service" disable >/dev/null 2>&1 || true
+        fi
+    done
 fi
 
 stamp=.venv/.installed

@@ -1,0 +1,143 @@
+"""Smoke tests of the Patroni harness (patroni_cluster.py): one 3-node cluster for the
+module, with n3's clock 2 s ahead; each fault once, with the seconds it took printed
+(``pytest -s`` shows them)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+
+import procs
+import psycopg
+import pytest
+from patroni_cluster import FailureLogs, PatroniCluster
+from pgbouncer import PgBouncer
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("patroni") is None or shutil.which("etcd") is None,
+    reason="Patroni or etcd missing: run scripts/install-deps.sh",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
+    with PatroniCluster(clock_offsets={"n3": "+2s"}) as cluster:
+        print(f"\nstartup: {cluster.startup_seconds:.1f} s")
+        request.config.pluginmanager.register(FailureLogs(cluster.log_tails, "patroni logs"), "patroni logs")
+        try:
+            yield cluster
+        finally:
+            request.config.pluginmanager.unregister(name="patroni logs")
+    assert not cluster.directory.exists()
+    assert not procs.processes_of(cluster.directory)
+
+
+def poll(condition: object, timeout: float = 30.0) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def test_starts_with_a_streaming_sync_standby(cluster: PatroniCluster) -> None:
+    leader = cluster.leader()
+    sync = cluster.sync_standby()
+    assert leader is not None and sync is not None and sync != leader
+    assert cluster.replication(leader)[sync] == ("streaming", "sync")
+    assert {cluster.timeline(name) for name in cluster.nodes} == {1}
+
+
+def test_a_row_written_on_the_leader_is_on_the_standbys(cluster: PatroniCluster) -> None:
+    cluster.psql(None, "CREATE TABLE smoke (id int PRIMARY KEY, note text)")
+    cluster.psql(None, "INSERT INTO smoke VALUES (1, 'written on the leader')")
+    with psycopg.connect(cluster.conninfo()) as connection:
+        assert connection.execute("SELECT note FROM smoke").fetchall() == [("written on the leader",)]
+    for name in cluster.nodes:
+        poll(lambda name=name: cluster.psql(name, "SELECT count(*) FROM smoke") == [(1,)], timeout=10)
+
+
+def test_clock_offset_shifts_now_on_that_node_only(cluster: PatroniCluster) -> None:
+    def skew(name: str) -> float:
+        before = time.time()
+        (server,) = cluster.psql(name, "SELECT extract(epoch FROM clock_timestamp())::float8")[0]
+        return float(server) - (before + time.time()) / 2
+
+    assert 1.0 < skew("n3") < 3.0
+    assert abs(skew("n1")) < 1.0
+
+
+def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
+    conninfo = cluster.deploy_tenure("tenure_smoke")
+    cluster.psql(None, "CREATE ROLE smoke_worker LOGIN IN ROLE tenure_worker", dbname="tenure_smoke")
+    cluster.psql(None, "ALTER ROLE smoke_worker SET synchronous_commit = off", dbname="tenure_smoke")
+    with psycopg.connect(conninfo) as connection:
+        assert connection.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'tenure'"
+        ).fetchone() == (1,)
+    with psycopg.connect(cluster.conninfo("tenure_smoke", user="smoke_worker")) as connection:
+        assert connection.execute("SHOW synchronous_commit").fetchone() == ("off",)
+
+
+def test_pgbouncer_in_front_of_the_leader(cluster: PatroniCluster) -> None:
+    leader = cluster.leader()
+    assert leader is not None
+    with (
+        PgBouncer(upstream_port=cluster.port(leader)) as bouncer,
+        psycopg.connect(bouncer.conninfo("postgres"), prepare_threshold=None, autocommit=True) as connection,
+    ):
+        assert connection.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+
+
+def test_stalled_walreceiver_holds_commits_on_the_leader(cluster: PatroniCluster) -> None:
+    leader, sync = cluster.leader(), cluster.sync_standby()
+    assert leader is not None and sync is not None
+    cluster.stall_walreceiver(sync)
+    try:
+        assert not cluster.write_probe(leader, timeout=2.0)
+    finally:
+        cluster.resume_walreceiver(sync)
+    assert cluster.write_probe(leader, timeout=10.0)
+
+
+def test_switchover_moves_the_leader_and_the_timeline_grows(cluster: PatroniCluster) -> None:
+    old = cluster.wait_ready()
+    timeline = cluster.timeline(old)
+    began = time.monotonic()
+    new = cluster.switchover()
+    print(f"\nswitchover {old} -> {new}: writable after {time.monotonic() - began:.1f} s")
+    assert new != old
+    assert cluster.timeline(new) > timeline
+    cluster.wait_ready(90)
+
+
+def test_sigkill_of_the_leader_gives_a_new_writable_leader(cluster: PatroniCluster) -> None:
+    old = cluster.wait_ready()
+    timeline = cluster.timeline(old)
+    cluster.kill_node(old)
+    began = time.monotonic()
+    new = cluster.wait_writable(90, exclude=(old,))
+    print(f"\nSIGKILL of {old}: {new} writable after {time.monotonic() - began:.1f} s")
+    assert cluster.timeline(new) > timeline
+    cluster.start_node(old)
+    began = time.monotonic()
+    cluster.wait_ready(120)
+    print(f"{old} back and streaming after {time.monotonic() - began:.1f} s")
+
+
+def test_frozen_leader_is_replaced_while_frozen(cluster: PatroniCluster) -> None:
+    old = cluster.wait_ready()
+    cluster.freeze_node(old)
+    try:
+        began = time.monotonic()
+        new = cluster.wait_writable(90, exclude=(old,))
+        print(f"\nSIGSTOP of {old}: {new} writable after {time.monotonic() - began:.1f} s")
+        assert cluster.nodes[old].frozen
+        poll(lambda: cluster.leader() == new, timeout=30)
+    finally:
+        cluster.thaw_node(old)
+    began = time.monotonic()
+    cluster.wait_ready(120)
+    print(f"{old} thawed, demoted and streaming after {time.monotonic() - began:.1f} s")
+    assert cluster.psql(old, "SELECT pg_is_in_recovery()") == [(True,)]
