@@ -243,18 +243,24 @@ class TaskWorker:
         return self
 
     def stop(self) -> None:
-        """Stop taking tasks, let those in flight finish for ``shutdown_grace``, release the rest."""
+        """Stop taking tasks, let those in flight finish for ``shutdown_grace``, release the rest.
+
+        Takes at most ``shutdown_grace`` plus a release bound (the safe window, at most
+        2 s), even while the database is away: a task that could not be released is left
+        to its lease.
+        """
         deadline = time.monotonic() + self.shutdown_grace
         self._stopping.set()
         self._wake.set()
         self._threads["poll"].join()  # an acquisition in progress ends within the safe window
         while self._held() and time.monotonic() < deadline:
             time.sleep(0.02)
+        release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
         for task in self._held():
             task.lost.set()  # whatever it still produces is discarded
-            if time.monotonic() >= deadline:
+            left = release_by - time.monotonic()
+            if left <= 0:
                 continue  # its lease runs out by itself
-            left = max(0.1, deadline - time.monotonic())
             try:
                 with (
                     self._pool.connection(timeout=left) as connection,
@@ -267,7 +273,7 @@ class TaskWorker:
         for thread in self._threads.values():
             thread.join()
         self._threads.clear()
-        self._pool.close(timeout=max(0.1, deadline - time.monotonic()))
+        self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
         self._deadlines.close()
 
     def __enter__(self) -> TaskWorker:
