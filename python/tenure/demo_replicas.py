@@ -178,7 +178,9 @@ class ReplicaProcess(ChildProcess):
     def events(self) -> list[dict[str, Any]]:
         """Its JSON event lines (stderr shares the log: an event may follow other text on a line)."""
         lines = self.output().splitlines()
-        return [json.loads(line[line.index('{"event"') :]) for line in lines if '{"event"' in line]
+        # raw_decode: other output may follow an event on the same line.
+        decoder = json.JSONDecoder()
+        return [decoder.raw_decode(line[line.index('{"event"') :])[0] for line in lines if '{"event"' in line]
 
     def health(self) -> int:
         """The status of its ``GET /health/active`` (0: no answer)."""

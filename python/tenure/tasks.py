@@ -418,10 +418,14 @@ class TaskWorker:
                 with self._lock:
                     self.stats.routed += 1
         finally:
-            with self._lock:
-                if self._in_flight.pop(task.id, None) is not None:
-                    self.metrics.tasks_in_flight.dec()
+            self._finish(task)
             self._wake.set()
+
+    def _finish(self, task: Task) -> None:
+        """The task is no longer this worker's (once, however often it is called)."""
+        with self._lock:
+            if self._in_flight.pop(task.id, None) is not None:
+                self.metrics.tasks_in_flight.dec()
 
     def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
         """Record the outcome with its writes in one transaction; False when it was discarded."""
@@ -437,6 +441,8 @@ class TaskWorker:
         except psycopg.Error as error:
             log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
             return False
+        if not isinstance(outcome, Next):
+            self._finish(task)  # before the extender can find it held and be told it is done
         with self._lock:
             if isinstance(outcome, Complete):
                 self.stats.completed += 1

@@ -277,8 +277,8 @@ def wait(condition: Callable[[], bool], timeout: float) -> bool:
 
 def test_switchover(cluster: PatroniCluster) -> None:
     def fault(fleet: Fleet) -> float:
-        target = "n2" if cluster.leader() != "n2" else "n3"
-        cluster.switchover(target)
+        # Under synchronous_mode_strict only the synchronous standby may take over.
+        cluster.switchover(cluster.sync_standby())
         return time_writable(cluster)
 
     report("switchover", run_scenario(cluster, fault))
