@@ -14,7 +14,7 @@ BEGIN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty array of keys',
             quote_nullable(p_keys::text), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
     END IF;
-    SELECT k INTO v_bad FROM unnest(p_keys) k WHERE k IS NULL OR btrim(k) = '' OR length(k) > 200 LIMIT 1;
+    SELECT k INTO v_bad FROM unnest(p_keys) k WHERE tenure._blank(k) OR length(k) > 200 LIMIT 1;
     IF FOUND THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must hold non-empty keys of at most 200 characters',
             format('an element %s', quote_nullable(left(v_bad, 40))), 'Remove empty, NULL or over-long keys.');

@@ -8,4 +8,7 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/tasks@v0.1.0.sql
 \ir ../procedures/claims@v0.1.0.sql
 
+-- Helpers added after v0.1.0.
+DROP FUNCTION tenure._blank(text);
+
 COMMIT;
