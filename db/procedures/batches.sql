@@ -504,6 +504,9 @@ DECLARE
     v_item record;
     v_count integer := 0;
 BEGIN
+    -- Checked here too: an empty array reaches no batch_resolve to check them.
+    PERFORM tenure._check_name('batch_resolve_many', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_resolve_many', 'p_instance', p_instance);
     IF p_resolutions IS NULL OR jsonb_typeof(p_resolutions) <> 'array' THEN
         PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions',
             'must be a JSON array of resolution objects', quote_nullable(left(p_resolutions::text, 100)),

@@ -87,7 +87,8 @@ AS $$
                 WHEN i.delay IS NULL OR i.delay < interval '0' THEN 'needs a non-negative delay'
                 WHEN i.delay > interval '100 years' THEN 'has a delay over 100 years'
                 WHEN i.max_attempts IS NULL OR i.max_attempts < 1 THEN 'needs max_attempts of at least 1'
-                WHEN i.idempotency_key = '' THEN 'has an empty idempotency_key'
+                WHEN i.idempotency_key IS NOT NULL AND tenure._blank(i.idempotency_key)
+                    THEN 'has an empty idempotency_key'
                 WHEN length(i.idempotency_key) > 500 THEN 'has an idempotency_key over 500 characters'
            END
 $$;
@@ -299,14 +300,16 @@ DECLARE
     v_task record;
 BEGIN
     IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '100 years' OR p_limit IS NULL
-       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0 OR array_position(p_kinds, NULL) IS NOT NULL THEN
+       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0
+       OR (CASE WHEN array_ndims(p_kinds) > 1 THEN true ELSE array_position(p_kinds, NULL) IS NOT NULL END) THEN
         PERFORM tenure._check_instance('task_acquire', 'p_owner', p_owner);
         PERFORM tenure._check_duration('task_acquire', 'p_lease', p_lease);
         IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
             PERFORM tenure._invalid_argument('task_acquire', 'p_limit', 'must be between 1 and 10000',
                 quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
         END IF;
-        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds', 'must be NULL (any kind) or a non-empty array of kinds',
+        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds',
+            'must be NULL (any kind) or a non-empty one-dimensional array of kinds',
             quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
     END IF;
     PERFORM tenure._durable();
