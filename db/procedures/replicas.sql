@@ -235,7 +235,7 @@ AS $$ SELECT (tenure._replica_held('replica_guard', p_epoch, p_counter, p_scope)
 
 COMMENT ON FUNCTION tenure.replica_guard(bigint, integer, text) IS
 $$The write guard: call it first in each non-idempotent write transaction of the active replica, on its lock connection. Raises TN101 (not leader) unless the calling session holds lock (p_scope, p_counter) now, and, when p_epoch is given, holds it in that epoch. Returns the epoch. A session keeps a session-level lock until it ends, so a transaction that passed the guard commits only while its replica is active.
-Errors: TN101 when the session does not hold the lock (or the epoch differs); TN001 on a negative counter or an empty scope.$$;
+Errors: TN101 when the session does not hold the lock (or the epoch differs); TN001 on an epoch below 1, a negative counter or an empty scope.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_ping(
     p_replica text, p_epoch bigint, p_reserve interval, p_counter integer, p_scope text, p_now timestamptz
@@ -279,7 +279,7 @@ AS $$ SELECT tenure._replica_ping(p_replica, p_epoch, p_reserve, p_counter, p_sc
 
 COMMENT ON FUNCTION tenure.replica_ping(text, bigint, interval, integer, text) IS
 $$The active replica's ping on its lock connection, every interval: checks like replica_guard that the session holds the lock in p_epoch, records the server's time as the last ping and reserves the lock for p_replica until p_reserve after it (NULL: no reservation). Returns the server's time of the ping. The ping also keeps the lock session from ending by idle_session_timeout, which is what frees the lock of a frozen replica.
-Errors: TN101 when the session does not hold the lock in that epoch; TN001 on bad arguments or another replica's name.$$;
+Errors: TN101 when the session does not hold the lock in that epoch; TN001 on bad arguments (a NULL epoch or one below 1 included) or another replica's name.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_release(p_replica text, p_counter integer, p_scope text)
 RETURNS boolean
@@ -319,7 +319,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT tenure._replica_release(p_replica, p_counter, p_scope) $$;
 
 COMMENT ON FUNCTION tenure.replica_release(text, integer, text) IS
-$$Step down on a clean stop: release the lock if the calling session holds it and drop p_replica's reservation, so a passive replica acquires the lock at its next try. Returns true if the session held the lock.
+$$Step down on a clean stop: release the lock if the calling session holds it and drop p_replica's reservation, so a passive replica acquires the lock at its next try. Returns true if the session held the lock; false, registering nothing, for a lock that was never registered.
 Errors: TN001 on bad arguments.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_holders(p_counter integer, p_scope text)
@@ -352,7 +352,8 @@ END
 $$;
 
 COMMENT ON FUNCTION tenure.replica_holder(integer, text) IS
-$$Who holds replica lock (p_scope, p_counter), so an operator can see the active replica: one row with the backend pid and application_name (pg_locks joined to pg_stat_activity), the replica name, epoch and since when (server clock, recorded by replica_acquire, shown only while the recorded pid is the one holding the lock) and the last ping; pid NULL when nobody holds it, with reserved_until while it is reserved for its previous holder. No row when the lock was never registered.$$;
+$$Who holds replica lock (p_scope, p_counter), so an operator can see the active replica: one row with the backend pid and application_name (pg_locks joined to pg_stat_activity), the replica name, epoch and since when (server clock, recorded by replica_acquire, shown only while the recorded pid is the one holding the lock) and the last ping; pid NULL when nobody holds it, with reserved_until while it is reserved for its previous holder. No row when the lock was never registered.
+Errors: TN001 on a NULL or negative counter or an empty scope.$$;
 
 -- The view spells the pg_locks join out: functions called in a view are checked
 -- against the caller, who may not execute the internal ones.

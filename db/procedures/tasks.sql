@@ -272,7 +272,7 @@ COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text,
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
 p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
 A task due now is announced with NOTIFY tenure_task, payload = kind. p_max_attempts (default 5) bounds failed attempts before the task is dead.
-Errors: TN001 on an empty kind or state, a negative delay or max_attempts below 1.$$;
+Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, or an idempotency key that is empty or over 500 characters.$$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
 RETURNS SETOF tenure.task_enqueued

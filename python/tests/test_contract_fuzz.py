@@ -16,7 +16,7 @@ and in random combinations (hypothesis). The contract checked on every call:
   few listed in ``NULL_MEANS_SOMETHING``, whose documentation says what NULL means;
 - text made only of whitespace of any kind is refused wherever the empty string is.
 
-``TENURE_FUZZ_EXAMPLES`` (default 1500) sets the number of random calls.
+``TENURE_FUZZ_EXAMPLES`` (default 12000) sets the number of random calls.
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import HOST, PORT, USER, deploy_tenure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from conftest import HOST, PORT, USER, deploy_tenure
-
-EXAMPLES = int(os.environ.get("TENURE_FUZZ_EXAMPLES", "1500"))
+EXAMPLES = int(os.environ.get("TENURE_FUZZ_EXAMPLES", "12000"))
 ROLE = "tenure_fuzzer"
 DBNAME = f"tenure_fuzz_{os.getpid()}"
 
@@ -95,15 +94,15 @@ JSON_EDGES = [
 ]
 
 TABLES_CHECKSUM = """
-SELECT string_agg(concat(c.relname, '=', (xpath('/row/m/text()',
-           query_to_xml(format('SELECT md5(coalesce(string_agg(t::text, %L ORDER BY t::text), %L)) AS m FROM %I.%I t',
-                               '|', '', n.nspname, c.relname), false, false, '')))[1]::text), ' ' ORDER BY c.relname)
+SELECT string_agg(concat(c.relname, '=', (xpath('/row/m/text()', query_to_xml(format(
+           'SELECT md5(coalesce(string_agg(t::text, %L ORDER BY t::text), %L)) AS m FROM %I.%I t',
+           '|', '', n.nspname, c.relname), false, false, '')))[1]::text), ' ' ORDER BY c.relname)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'tenure' AND c.relkind = 'r'
 """
 LOCKS = """
-SELECT coalesce(string_agg(concat_ws('/', classid, objid, objsubid, mode), ' ' ORDER BY classid, objid, objsubid),
-                '')
+SELECT coalesce(string_agg(concat_ws('/', classid, objid, objsubid, mode), ' '
+                           ORDER BY classid, objid, objsubid), '')
   FROM pg_locks WHERE locktype = 'advisory' AND pid = %s
 """
 
@@ -165,12 +164,14 @@ class World:
             )
             if state.startswith("TN"):
                 assert (diag.message_primary or "").startswith("tenure."), (
-                    f"tenure.{function.name}({shown}): {state} without the function's name: {diag.message_primary}"
+                    f"tenure.{function.name}({shown}): {state} without the function's name:"
+                    f" {diag.message_primary}"
                 )
                 assert diag.message_hint, f"tenure.{function.name}({shown}): {state} without a HINT"
             after = self.snapshot()
             assert after[0] == before[0], (
-                f"tenure.{function.name}({shown}) was refused with {state} but changed tables: {before[0]} -> {after[0]}"
+                f"tenure.{function.name}({shown}) was refused with {state} but changed tables:"
+                f" {before[0]} -> {after[0]}"
             )
             assert after[1] == before[1], (
                 f"tenure.{function.name}({shown}) was refused with {state} but the session's advisory locks"
@@ -230,7 +231,9 @@ def _seed(world: World) -> None:
     world.uuids += owners
     world.names += ["svc", "ks", "k1", "k2", "email", "new", "done", "scope-1", "r1", "q"]
     for utype in ("svc", "other"):
-        row = w.execute("SELECT term FROM tenure.update_heartbeat(%s, %s, '1 hour')", (owners[0], utype)).fetchone()
+        row = w.execute(
+            "SELECT term FROM tenure.update_heartbeat(%s, %s, '1 hour')", (owners[0], utype)
+        ).fetchone()
         assert row is not None
         world.epochs.append(row[0])
     for n in range(6):
@@ -248,7 +251,8 @@ def _seed(world: World) -> None:
         row[0]
         for row in w.execute(
             """SELECT id FROM tenure.batch_enqueue_many('ks', '[{"key": "k1", "payload": "YQ=="},
-                   {"key": "k1", "payload": "Yg=="}, {"key": "k2", "payload": ""}, {"key": "k3", "payload": ""}]')"""
+                   {"key": "k1", "payload": "Yg=="}, {"key": "k2", "payload": ""},
+                   {"key": "k3", "payload": ""}]')"""
         )
     ]
     world.uuids += batches
@@ -280,7 +284,9 @@ def world() -> Iterator[World]:
             yield found
     finally:
         with psycopg.connect(admin_info, autocommit=True) as connection:
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME)))
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
+            )
 
 
 # -- values per type --------------------------------------------------------------------
@@ -407,8 +413,8 @@ def test_every_argument_gets_every_edge(world: World) -> None:
             if not nullable:
                 assert error is not None and error.sqlstate == "TN001", (
                     f"tenure.{function.name}: {name} => NULL was "
-                    f"{'accepted' if error is None else error.sqlstate}: only an argument whose default is NULL"
-                    " (or one listed in NULL_MEANS_SOMETHING) may be NULL"
+                    f"{'accepted' if error is None else error.sqlstate}: only an argument whose default is"
+                    " NULL (or one listed in NULL_MEANS_SOMETHING) may be NULL"
                 )
             for value in _edges(world, type_name):
                 world.call(function, {**baseline, name: value})
@@ -449,7 +455,11 @@ def test_random_calls_keep_the_contract(world: World) -> None:
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
     @given(st.data())
     def check(data: st.DataObject) -> None:
@@ -465,16 +475,22 @@ def test_random_calls_keep_the_contract(world: World) -> None:
 ISSUE_CASES = [
     ("SELECT tenure.claim_take('ks', gen_random_uuid(), '100000000 years')", "p_expiry"),
     ("SELECT tenure.task_enqueue('email', p_delay => '100000000 years')", "delay"),
-    ("SELECT * FROM tenure.update_heartbeat(gen_random_uuid(), 'svc2', '3 s', '100000000 years')", "p_interval"),
+    (
+        "SELECT * FROM tenure.update_heartbeat(gen_random_uuid(), 'svc2', '3 s', '100000000 years')",
+        "p_interval",
+    ),
     ("SELECT tenure.task_purge('100000000 years')", "p_older_than"),
     ("SELECT * FROM tenure.replica_acquire('r9', '100000000 years', 0, 'scope-9')", "p_reserve"),
-    ("SELECT tenure.task_enqueue('email', p_idempotency_key => repeat(md5(random()::text), 320))", "idempotency_key"),
+    (
+        "SELECT tenure.task_enqueue('email', p_idempotency_key => repeat(md5(random()::text), 320))",
+        "idempotency_key",
+    ),
     ("SELECT tenure.claim_register(E'\\t\\n', '{a}')", "p_keyspace"),
     ("SELECT tenure.claim_register('ks', ARRAY[E'\\t\\n'])", "p_keys"),
     ("SELECT tenure.task_enqueue(E'\\t\\n')", "kind"),
     ("SELECT tenure.task_enqueue('email', p_state => repeat('s', 10000))", "state"),
-    ("SELECT * FROM tenure.task_enqueue_many('[{\"kind\": {\"a\": 1}}]')", "kind"),
-    ("SELECT * FROM tenure.task_enqueue_many('[{\"kind\": \"email\", \"delay\": [1]}]')", "delay"),
+    ('SELECT * FROM tenure.task_enqueue_many(\'[{"kind": {"a": 1}}]\')', "kind"),
+    ('SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email", "delay": [1]}]\')', "delay"),
     ("SELECT tenure.replica_guard(0, 0, 'scope-1')", "p_epoch"),
     ("SELECT tenure.replica_guard(-1, 0, 'scope-1')", "p_epoch"),
     ("SELECT tenure.replica_ping('r1', 0, NULL, 0, 'scope-1')", "p_epoch"),
@@ -500,7 +516,9 @@ def test_replica_lock_survives_no_refused_acquire(world: World) -> None:
     w = world.worker
     with pytest.raises(psycopg.Error):
         w.execute("SELECT * FROM tenure.replica_acquire('r2', '100000000 years', 3, 'scope-2')")
-    row = w.execute("SELECT acquired, replica FROM tenure.replica_acquire('r2', '1 s', 3, 'scope-2')").fetchone()
+    row = w.execute(
+        "SELECT acquired, replica FROM tenure.replica_acquire('r2', '1 s', 3, 'scope-2')"
+    ).fetchone()
     assert row == (True, "r2")
     assert w.execute("SELECT tenure.replica_release('r2', 3, 'scope-2')").fetchone() == (True,)
 
@@ -514,7 +532,9 @@ def test_replica_release_of_an_unregistered_lock_registers_nothing(world: World)
 
 def test_task_enqueue_many_stores_json_null_as_task_enqueue_does(world: World) -> None:
     w = world.worker
-    many = w.execute("""SELECT id FROM tenure.task_enqueue_many('[{"kind": "nulls", "data": null}]')""").fetchone()
+    many = w.execute(
+        """SELECT id FROM tenure.task_enqueue_many('[{"kind": "nulls", "data": null}]')"""
+    ).fetchone()
     one = w.execute("SELECT id FROM tenure.task_enqueue('nulls', 'null'::jsonb)").fetchone()
     assert many is not None and one is not None
     rows = world.admin.execute(
