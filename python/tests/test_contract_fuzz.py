@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import string
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +52,8 @@ NULL_MEANS_SOMETHING = {
 
 WHITESPACE = ["   ", "\t\n", "\u00a0", " \u3000\u2003 ", "\r\x0b\x0c"]
 LONG = "é" * 10_000
+# 10,000 characters that do not compress: an index entry of them does not fit a b-tree page
+NOISE = "".join(random.Random(12).choices(string.ascii_letters + string.digits, k=10_000))
 INTERVAL_EDGES = [
     "0",
     "-1 second",
@@ -295,7 +299,7 @@ def world() -> Iterator[World]:
 def _edges(world: World, type_name: str) -> list[Any]:
     """The hand-picked values of a type: every one is tried for every argument."""
     if type_name == "text":
-        return ["", *WHITESPACE, "x" * 201, LONG, *world.names[:3]]
+        return ["", *WHITESPACE, "x" * 201, LONG, NOISE, *world.names[:3]]
     if type_name == "uuid":
         return [world.uuids[0], world.uuids[-1], uuid.UUID(int=0), *world.uuids[3:5]]
     if type_name == "integer":
@@ -482,7 +486,8 @@ ISSUE_CASES = [
     ("SELECT tenure.task_purge('100000000 years')", "p_older_than"),
     ("SELECT * FROM tenure.replica_acquire('r9', '100000000 years', 0, 'scope-9')", "p_reserve"),
     (
-        "SELECT tenure.task_enqueue('email', p_idempotency_key => repeat(md5(random()::text), 320))",
+        "SELECT tenure.task_enqueue('email', p_idempotency_key =>"
+        " (SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 320)))",
         "idempotency_key",
     ),
     ("SELECT tenure.claim_register(E'\\t\\n', '{a}')", "p_keyspace"),
