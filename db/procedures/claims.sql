@@ -10,9 +10,12 @@ AS $$
 DECLARE
     v_bad text;
 BEGIN
-    IF p_keys IS NULL OR cardinality(p_keys) = 0 OR array_ndims(p_keys) > 1 THEN
-        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty one-dimensional array of keys',
+    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty array of keys',
             quote_nullable(p_keys::text), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
+    ELSIF array_ndims(p_keys) > 1 THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a one-dimensional array of keys',
+            quote_literal(left(p_keys::text, 100)), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
     END IF;
     SELECT k INTO v_bad FROM unnest(p_keys) k WHERE tenure._blank(k) OR length(k) > 200 LIMIT 1;
     IF FOUND THEN
