@@ -21,6 +21,9 @@ step "pgTAP"
 psql -X -q -d tenure_ci -c 'CREATE EXTENSION IF NOT EXISTS pgtap'
 pg_prove --failures -d tenure_ci db/tests/*.sql
 
+step "isolation specs (pg_isolation_regress): exact interleavings of the races that matter"
+db/tests/isolation/run.sh
+
 step "docs/sql-reference.md, and the texts docs/sql.md quotes, match the COMMENT ON texts"
 .venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
 .venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check-quotes docs/sql.md

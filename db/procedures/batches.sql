@@ -81,6 +81,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_input tenure._batch_input[];
     v_bad record;
+    v_field record;
     v_created uuid[];
 BEGIN
     PERFORM tenure._check_name(p_function, 'p_keyspace', p_keyspace);
@@ -88,6 +89,25 @@ BEGIN
         PERFORM tenure._invalid_argument(p_function, 'p_batches', 'must be a JSON array of batch objects',
             quote_nullable(left(p_batches::text, 100)),
             'Pass [{"key": "A", "payload": "<base64>"}, ...]; optional: state_keys, depends_on, id.');
+    END IF;
+    -- Each field must have its JSON type: an object is no key, [["a"]] no list of state keys.
+    SELECT e.ord, f.key INTO v_field
+      FROM jsonb_array_elements(p_batches) WITH ORDINALITY AS e(batch, ord),
+           LATERAL jsonb_each(CASE jsonb_typeof(e.batch) WHEN 'object' THEN e.batch ELSE '{}' END) AS f(key, value)
+     WHERE jsonb_typeof(f.value) <> 'null'
+       AND CASE WHEN f.key IN ('key', 'payload', 'id') THEN jsonb_typeof(f.value) <> 'string'
+                WHEN f.key IN ('state_keys', 'depends_on') THEN
+                    jsonb_typeof(f.value) <> 'array'
+                    OR EXISTS (SELECT FROM jsonb_array_elements(f.value) x(v) WHERE jsonb_typeof(x.v) <> 'string')
+                ELSE false END
+     ORDER BY e.ord, f.key
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._invalid_argument(p_function, format('batch %s', v_field.ord),
+            format('has a %s that is not a JSON %s', v_field.key,
+                   CASE WHEN v_field.key IN ('state_keys', 'depends_on') THEN 'array of strings' ELSE 'string' END),
+            'see the batch at that position',
+            'key, payload (base64) and id are strings; state_keys and depends_on arrays of strings.');
     END IF;
     BEGIN
         SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.key, decode(r.payload, 'base64'),
@@ -103,17 +123,20 @@ BEGIN
             'payload must be base64 text, state_keys an array of strings, depends_on an array of uuids, id a uuid.');
     END;
     SELECT i.ord, CASE WHEN NOT i.is_object THEN 'must be a JSON object'
-                       WHEN i.key IS NULL OR btrim(i.key) = '' OR length(i.key) > 200 THEN 'needs a key of 1 to 200 characters'
+                       WHEN i.key IS NULL OR i.key ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$' OR length(i.key) > 200
+                           THEN 'needs a key of 1 to 200 characters, not only whitespace'
                        WHEN i.payload IS NULL THEN 'needs a payload'
-                       WHEN array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys) THEN 'has an empty state key'
+                       WHEN array_position(i.state_keys, NULL) IS NOT NULL
+                            OR EXISTS (SELECT FROM unnest(i.state_keys) sk WHERE sk ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$') THEN 'has an empty state key'
                        WHEN array_position(i.depends_on, NULL) IS NOT NULL THEN 'has a NULL dependency'
                        WHEN EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
                            THEN 'has the id of a batch of another queue'
                        ELSE 'depends on a batch that does not exist in this queue' END AS problem
       INTO v_bad
       FROM unnest(v_input) i
-     WHERE NOT i.is_object OR i.key IS NULL OR btrim(i.key) = '' OR length(i.key) > 200 OR i.payload IS NULL
-        OR array_position(i.state_keys, NULL) IS NOT NULL OR '' = ANY (i.state_keys)
+     WHERE NOT i.is_object OR i.key IS NULL OR i.key ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$' OR length(i.key) > 200 OR i.payload IS NULL
+        OR array_position(i.state_keys, NULL) IS NOT NULL
+        OR EXISTS (SELECT FROM unnest(i.state_keys) sk WHERE sk ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$')
         OR array_position(i.depends_on, NULL) IS NOT NULL
         OR EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
         OR EXISTS (SELECT FROM unnest(i.depends_on) d
@@ -192,15 +215,35 @@ CREATE OR REPLACE FUNCTION tenure.batch_enqueue(
     p_keyspace text, p_key text, p_payload bytea, p_state_keys text[] DEFAULT '{}', p_depends_on uuid[] DEFAULT '{}',
     p_id uuid DEFAULT NULL
 ) RETURNS SETOF tenure.batch_enqueued
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- The arguments of one batch are named in its errors; the rest is batch_enqueue_many's.
+    PERFORM tenure._check_name('batch_enqueue', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_name('batch_enqueue', 'p_key', p_key);
+    IF p_payload IS NULL THEN
+        PERFORM tenure._invalid_argument('batch_enqueue', 'p_payload', 'must not be NULL', NULL,
+            'Pass what to submit, as bytea (it may be empty).');
+    END IF;
+    IF (CASE WHEN array_ndims(p_state_keys) > 1 THEN true ELSE array_position(p_state_keys, NULL) IS NOT NULL END) THEN
+        PERFORM tenure._invalid_argument('batch_enqueue', 'p_state_keys',
+            'must be a one-dimensional array of non-empty state keys', quote_literal(left(p_state_keys::text, 100)),
+            'Pass ARRAY[''price'', ...], or ''{}'' for none.');
+    END IF;
+    IF (CASE WHEN array_ndims(p_depends_on) > 1 THEN true ELSE array_position(p_depends_on, NULL) IS NOT NULL END) THEN
+        PERFORM tenure._invalid_argument('batch_enqueue', 'p_depends_on',
+            'must be a one-dimensional array of batch ids', quote_literal(left(p_depends_on::text, 100)),
+            'Pass ARRAY[<batch id>, ...], or ''{}'' for none.');
+    END IF;
+    RETURN QUERY
     SELECT * FROM tenure._batch_enqueue_many(
         p_keyspace,
         jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'key', coalesce(p_key, ''), 'payload', encode(p_payload, 'base64'), 'state_keys', p_state_keys,
+            'key', p_key, 'payload', encode(p_payload, 'base64'), 'state_keys', p_state_keys,
             'depends_on', p_depends_on, 'id', p_id))),
-        NULL, 'batch_enqueue')
+        NULL, 'batch_enqueue');
+END
 $$;
 
 COMMENT ON FUNCTION tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid) IS
@@ -277,7 +320,11 @@ BEGIN
          WHERE c.keyspace = p_keyspace AND c.key = ANY (v_keys) AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
-               h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid
+               h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid,
+               -- waiting for an explicit dependency that is not committed yet
+               (b.status IN ('queued', 'unknown') AND cardinality(b.depends_on) > 0
+                AND EXISTS (SELECT FROM unnest(b.depends_on) d JOIN tenure.batch x ON x.id = d
+                             WHERE x.status <> 'committed')) AS waiting
           FROM held h
           CROSS JOIN LATERAL (SELECT * FROM tenure.batch b
                                WHERE b.keyspace = p_keyspace AND b.key = h.key
@@ -289,6 +336,7 @@ BEGIN
         -- not a scan of the key per batch: a key may have thousands of batches waiting).
         SELECT o.*,
                coalesce(bool_or(o.status = 'unknown') OVER earlier, false) AS unknown_before,
+               coalesce(bool_or(o.waiting) OVER earlier, false) AS waiting_before,
                coalesce(bool_or(o.status = 'pending' AND o.claim_epoch IS DISTINCT FROM o.epoch) OVER earlier,
                         false) AS in_doubt_before,
                coalesce(bool_or(o.status <> 'invalid') OVER earlier, false) AS open_before,
@@ -304,6 +352,9 @@ BEGIN
            AND NOT (m.implicit_deps AND m.has_invalid)
            -- a batch the external system lost goes again before any later one
            AND NOT m.unknown_before
+           -- a batch waiting for an explicit dependency holds back every later batch of its key,
+           -- in every mode: per-key order comes first
+           AND NOT m.waiting_before
            -- a batch a previous holder selected is in doubt (submitted or not?) until the
            -- monitor learns its fate: nothing later of its key overtakes it meanwhile
            AND NOT m.in_doubt_before
@@ -369,7 +420,7 @@ AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_dept
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (one per free submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
 With p_depth = 1 (one round): the oldest eligible batch of every key; keys least recently served first, then keys whose oldest waiting batch is oldest, so that under a flood of one key every other key gets its turn in each round. With p_depth = k (multi-round): up to k eligible batches per key, interleaved round by round.
-Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything), looking at most 64 (or p_depth) waiting batches ahead per key. A call considers at most 2 p_limit + 16 keys: those without a batch in flight (serial) or an invalid batch (implicit dependencies), least recently served first. Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed; with implicit dependencies an invalid batch halts its key.
+Eligible, by the key's mode: unconstrained, every queued batch in order; serial, the next batch only once every earlier one is committed; parallel, a batch whose state keys overlap no earlier uncommitted batch (no state keys overlaps everything), looking at most 64 (or p_depth) waiting batches ahead per key. A call considers at most 2 p_limit + 16 keys: those without a batch in flight (serial) or an invalid batch (implicit dependencies), least recently served first. Always: a batch marked unknown goes again before any later batch of its key, and so does one left pending by a previous holder of the key until its fate is known; explicit dependencies must be committed, and a batch waiting for one holds back every later batch of its key; with implicit dependencies an invalid batch halts its key.
 Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or p_depth outside 1..1000.$$;
 
 -- Resolution by the monitor, and operator repairs ----------------------------------------
@@ -453,6 +504,9 @@ DECLARE
     v_item record;
     v_count integer := 0;
 BEGIN
+    -- Checked here too: an empty array reaches no batch_resolve to check them.
+    PERFORM tenure._check_name('batch_resolve_many', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_resolve_many', 'p_instance', p_instance);
     IF p_resolutions IS NULL OR jsonb_typeof(p_resolutions) <> 'array' THEN
         PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions',
             'must be a JSON array of resolution objects', quote_nullable(left(p_resolutions::text, 100)),

@@ -13,8 +13,11 @@ BEGIN
     IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty array of keys',
             quote_nullable(p_keys::text), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
+    ELSIF array_ndims(p_keys) > 1 THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a one-dimensional array of keys',
+            quote_literal(left(p_keys::text, 100)), format('Pass ARRAY[''service-1'', ...] as %s.', p_argument));
     END IF;
-    SELECT k INTO v_bad FROM unnest(p_keys) k WHERE k IS NULL OR btrim(k) = '' OR length(k) > 200 LIMIT 1;
+    SELECT k INTO v_bad FROM unnest(p_keys) k WHERE tenure._blank(k) OR length(k) > 200 LIMIT 1;
     IF FOUND THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must hold non-empty keys of at most 200 characters',
             format('an element %s', quote_nullable(left(v_bad, 40))), 'Remove empty, NULL or over-long keys.');

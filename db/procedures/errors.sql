@@ -106,13 +106,22 @@ BEGIN
 END
 $$;
 
+-- True for NULL, '' and text made only of whitespace of any kind (tabs, newlines,
+-- no-break and other Unicode spaces), which no name, key or state may be.
+CREATE OR REPLACE FUNCTION tenure._blank(p_value text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT p_value IS NULL
+          OR p_value ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$' $$;
+
 CREATE OR REPLACE FUNCTION tenure._check_name(p_function text, p_argument text, p_value text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_value IS NULL OR btrim(p_value) = '' THEN
+    IF tenure._blank(p_value) THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-empty name',
             quote_nullable(p_value), format('Pass a name such as ''scheduler'' as %s.', p_argument));
     ELSIF length(p_value) > 200 THEN
@@ -144,6 +153,10 @@ BEGIN
     IF p_value IS NULL OR p_value <= interval '0' THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a positive interval',
             quote_nullable(p_value::text), format('Pass a duration such as ''3 seconds'' as %s.', p_argument));
+    ELSIF p_value > interval '100 years' THEN
+        -- Every duration is added to the server's time: beyond this it could leave timestamptz's range.
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be at most 100 years',
+            quote_literal(p_value::text), format('Pass a duration such as ''3 seconds'' as %s.', p_argument));
     END IF;
 END
 $$;

@@ -22,9 +22,10 @@ DECLARE
     v_now        timestamptz;
     v_generation bigint;
 BEGIN
-    IF p_instance_id IS NULL OR p_utype IS NULL OR btrim(p_utype) = '' OR length(p_utype) > 200
-       OR p_timeout IS NULL OR p_timeout <= interval '0'
-       OR (p_interval IS NOT NULL AND (p_interval <= interval '0' OR p_timeout <= 2 * p_interval)) THEN
+    IF p_instance_id IS NULL OR tenure._blank(p_utype) OR length(p_utype) > 200
+       OR p_timeout IS NULL OR p_timeout <= interval '0' OR p_timeout > interval '100 years'
+       OR (p_interval IS NOT NULL AND CASE WHEN p_interval <= interval '0' OR p_interval > interval '100 years'
+                                           THEN true ELSE p_timeout <= 2 * p_interval END) THEN
         PERFORM tenure._check_instance('update_heartbeat', 'p_instance_id', p_instance_id);
         PERFORM tenure._check_name('update_heartbeat', 'p_utype', p_utype);
         PERFORM tenure._check_duration('update_heartbeat', 'p_timeout', p_timeout);

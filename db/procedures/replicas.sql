@@ -155,14 +155,21 @@ BEGIN
         RETURN (v_row.lock_id, false, v_row.epoch, NULL::text, tenure._replica_lock_pid(v_row.lock_id),
                 NULL::timestamptz, NULL::timestamptz);
     END IF;
-    PERFORM tenure._durable();
-    UPDATE tenure.replica_lock AS r
-       SET epoch = r.epoch + 1, replica = p_replica, holder_pid = v_me, acquired_at = v_now,
-           renewed_at = v_now, reserved_until = v_now + p_reserve
-     WHERE r.lock_id = v_row.lock_id
-    RETURNING r.* INTO v_row;
-    INSERT INTO tenure.replica_term (lock_id, epoch, replica, pid, acquired_at)
-    VALUES (v_row.lock_id, v_row.epoch, p_replica, v_me, v_now);
+    BEGIN
+        PERFORM tenure._durable();
+        UPDATE tenure.replica_lock AS r
+           SET epoch = r.epoch + 1, replica = p_replica, holder_pid = v_me, acquired_at = v_now,
+               renewed_at = v_now, reserved_until = v_now + p_reserve
+         WHERE r.lock_id = v_row.lock_id
+        RETURNING r.* INTO v_row;
+        INSERT INTO tenure.replica_term (lock_id, epoch, replica, pid, acquired_at)
+        VALUES (v_row.lock_id, v_row.epoch, p_replica, v_me, v_now);
+    EXCEPTION WHEN OTHERS THEN
+        -- The session lock outlives the rollback: give it back, or the session would hold
+        -- an unregistered lock that refuses every other replica until it ends.
+        PERFORM pg_advisory_unlock(1952804469, v_row.lock_id);
+        RAISE;
+    END;
     RETURN (v_row.lock_id, true, v_row.epoch, p_replica, v_me, v_now, v_row.reserved_until);
 END
 $$;
@@ -192,6 +199,11 @@ DECLARE
     v_pid   integer;
 BEGIN
     PERFORM tenure._check_replica_lock(p_function, p_counter, v_scope);
+    IF p_epoch < 1 THEN
+        -- One rule for every fence: an epoch below 1 is a bad argument, not a lost lock.
+        PERFORM tenure._invalid_argument(p_function, 'p_epoch', 'must be NULL or an epoch of at least 1',
+            p_epoch::text, 'Pass the epoch that replica_acquire returned.');
+    END IF;
     SELECT * INTO v_row FROM tenure.replica_lock WHERE scope = v_scope AND counter = p_counter;
     IF FOUND THEN
         v_pid := tenure._replica_lock_pid(v_row.lock_id);
@@ -224,7 +236,7 @@ AS $$ SELECT tenure._durable(); SELECT (tenure._replica_held('replica_guard', p_
 
 COMMENT ON FUNCTION tenure.replica_guard(bigint, integer, text) IS
 $$The write guard: call it first in each non-idempotent write transaction of the active replica, on its lock connection. Raises TN101 (not leader) unless the calling session holds lock (p_scope, p_counter) now, and, when p_epoch is given, holds it in that epoch. Returns the epoch. A session keeps a session-level lock until it ends, so a transaction that passed the guard commits only while its replica is active.
-Errors: TN101 when the session does not hold the lock (or the epoch differs); TN001 on a negative counter or an empty scope.$$;
+Errors: TN101 when the session does not hold the lock (or the epoch differs); TN001 on an epoch below 1, a negative counter or an empty scope.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_ping(
     p_replica text, p_epoch bigint, p_reserve interval, p_counter integer, p_scope text, p_now timestamptz
@@ -237,6 +249,11 @@ DECLARE
     v_now timestamptz;
 BEGIN
     PERFORM tenure._check_name('replica_ping', 'p_replica', p_replica);
+    IF p_epoch IS NULL OR p_epoch < 1 THEN
+        -- Unlike the guard's, the ping's epoch is required: it writes the reservation.
+        PERFORM tenure._invalid_argument('replica_ping', 'p_epoch', 'must be an epoch of at least 1',
+            quote_nullable(p_epoch), 'Pass the epoch that replica_acquire returned.');
+    END IF;
     IF p_reserve IS NOT NULL THEN
         PERFORM tenure._check_duration('replica_ping', 'p_reserve', p_reserve);
     END IF;
@@ -263,7 +280,7 @@ AS $$ SELECT tenure._replica_ping(p_replica, p_epoch, p_reserve, p_counter, p_sc
 
 COMMENT ON FUNCTION tenure.replica_ping(text, bigint, interval, integer, text) IS
 $$The active replica's ping on its lock connection, every interval: checks like replica_guard that the session holds the lock in p_epoch, records the server's time as the last ping and reserves the lock for p_replica until p_reserve after it (NULL: no reservation). Returns the server's time of the ping. The ping also keeps the lock session from ending by idle_session_timeout, which is what frees the lock of a frozen replica.
-Errors: TN101 when the session does not hold the lock in that epoch; TN001 on bad arguments or another replica's name.$$;
+Errors: TN101 when the session does not hold the lock in that epoch; TN001 on bad arguments (a NULL epoch or one below 1 included) or another replica's name.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_release(p_replica text, p_counter integer, p_scope text)
 RETURNS boolean
@@ -274,7 +291,14 @@ DECLARE
     v_row tenure.replica_lock;
 BEGIN
     PERFORM tenure._check_name('replica_release', 'p_replica', p_replica);
-    v_row := tenure._replica_register('replica_release', p_counter, p_scope, NULL);
+    PERFORM tenure._check_replica_lock('replica_release', p_counter, coalesce(p_scope, current_database()));
+    -- Never registers: a lock nobody registered is held by nobody through tenure.
+    SELECT * INTO v_row FROM tenure.replica_lock
+     WHERE scope = coalesce(p_scope, current_database()) AND counter = p_counter
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
     IF tenure._replica_lock_pid(v_row.lock_id) IS DISTINCT FROM pg_backend_pid() THEN
         -- Not held here; a reservation of ours is given up all the same.
         UPDATE tenure.replica_lock AS r SET reserved_until = NULL
@@ -296,7 +320,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT tenure._replica_release(p_replica, p_counter, p_scope) $$;
 
 COMMENT ON FUNCTION tenure.replica_release(text, integer, text) IS
-$$Step down on a clean stop: release the lock if the calling session holds it and drop p_replica's reservation, so a passive replica acquires the lock at its next try. Returns true if the session held the lock.
+$$Step down on a clean stop: release the lock if the calling session holds it and drop p_replica's reservation, so a passive replica acquires the lock at its next try. Returns true if the session held the lock; false, registering nothing, for a lock that was never registered.
 Errors: TN001 on bad arguments.$$;
 
 CREATE OR REPLACE FUNCTION tenure._replica_holders(p_counter integer, p_scope text)
@@ -319,12 +343,18 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.replica_holder(p_counter integer DEFAULT 0, p_scope text DEFAULT NULL)
 RETURNS SETOF tenure.replica_holder
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._replica_holders(p_counter, coalesce(p_scope, current_database())) $$;
+AS $$
+BEGIN
+    PERFORM tenure._check_replica_lock('replica_holder', p_counter, coalesce(p_scope, current_database()));
+    RETURN QUERY SELECT * FROM tenure._replica_holders(p_counter, coalesce(p_scope, current_database()));
+END
+$$;
 
 COMMENT ON FUNCTION tenure.replica_holder(integer, text) IS
-$$Who holds replica lock (p_scope, p_counter), so an operator can see the active replica: one row with the backend pid and application_name (pg_locks joined to pg_stat_activity), the replica name, epoch and since when (server clock, recorded by replica_acquire, shown only while the recorded pid is the one holding the lock) and the last ping; pid NULL when nobody holds it, with reserved_until while it is reserved for its previous holder. No row when the lock was never registered.$$;
+$$Who holds replica lock (p_scope, p_counter), so an operator can see the active replica: one row with the backend pid and application_name (pg_locks joined to pg_stat_activity), the replica name, epoch and since when (server clock, recorded by replica_acquire, shown only while the recorded pid is the one holding the lock) and the last ping; pid NULL when nobody holds it, with reserved_until while it is reserved for its previous holder. No row when the lock was never registered.
+Errors: TN001 on a NULL or negative counter or an empty scope.$$;
 
 -- The view spells the pg_locks join out: functions called in a view are checked
 -- against the caller, who may not execute the internal ones.

@@ -32,6 +32,9 @@ BEGIN
     IF p_value IS NULL OR p_value < interval '0' THEN
         PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-negative interval',
             quote_nullable(p_value::text), format('Pass a delay such as ''0'' or ''1 minute'' as %s.', p_argument));
+    ELSIF p_value > interval '100 years' THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be at most 100 years',
+            quote_literal(p_value::text), format('Pass a delay such as ''0'' or ''1 minute'' as %s.', p_argument));
     END IF;
 END
 $$;
@@ -77,12 +80,16 @@ RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE WHEN NOT i.is_object THEN 'must be a JSON object'
-                WHEN i.kind IS NULL OR btrim(i.kind) = '' THEN 'needs a non-empty kind'
+                WHEN tenure._blank(i.kind) THEN 'needs a non-empty kind'
                 WHEN length(i.kind) > 200 THEN 'has a kind over 200 characters'
-                WHEN i.state IS NULL OR btrim(i.state) = '' THEN 'needs a non-empty state'
+                WHEN tenure._blank(i.state) THEN 'needs a non-empty state'
+                WHEN length(i.state) > 200 THEN 'has a state over 200 characters'
                 WHEN i.delay IS NULL OR i.delay < interval '0' THEN 'needs a non-negative delay'
+                WHEN i.delay > interval '100 years' THEN 'has a delay over 100 years'
                 WHEN i.max_attempts IS NULL OR i.max_attempts < 1 THEN 'needs max_attempts of at least 1'
-                WHEN i.idempotency_key = '' THEN 'has an empty idempotency_key'
+                WHEN i.idempotency_key IS NOT NULL AND tenure._blank(i.idempotency_key)
+                    THEN 'has an empty idempotency_key'
+                WHEN length(i.idempotency_key) > 500 THEN 'has an idempotency_key over 500 characters'
            END
 $$;
 
@@ -95,7 +102,8 @@ BEGIN
     PERFORM tenure._invalid_argument(p_function, p_label, tenure._task_input_problem(p_input),
         format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(p_input.kind),
                quote_nullable(p_input.state), quote_nullable(p_input.delay::text), quote_nullable(p_input.max_attempts)),
-        'Give every task a kind (e.g. ''email''), a non-negative delay and max_attempts of at least 1.');
+        'Give every task a kind and a state of at most 200 characters (e.g. ''email''), a delay from 0 to 100 years,'
+        || ' max_attempts of at least 1 and an idempotency_key of at most 500 characters.');
 END
 $$;
 
@@ -149,6 +157,7 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_input tenure._task_input[];
     v_bad tenure._task_input;
+    v_field record;
     v_created uuid[];
     v_kind text;
 BEGIN
@@ -157,8 +166,33 @@ BEGIN
             quote_nullable(left(p_tasks::text, 100)),
             'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts.');
     END IF;
+    -- Each field must have its JSON type: an object is no kind, [1] no delay.
+    SELECT e.ord, f.key INTO v_field
+      FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
+           LATERAL jsonb_each(CASE jsonb_typeof(e.task) WHEN 'object' THEN e.task ELSE '{}' END) AS f(key, value)
+     WHERE jsonb_typeof(f.value) <> 'null'
+       AND CASE f.key WHEN 'kind' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'state' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'id' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'idempotency_key' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'delay' THEN jsonb_typeof(f.value) NOT IN ('string', 'number')
+                      WHEN 'max_attempts' THEN jsonb_typeof(f.value) <> 'number'
+                      ELSE false END
+     ORDER BY e.ord, f.key
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._invalid_argument(p_function, format('task %s', v_field.ord),
+            format('has a %s that is not a JSON %s', v_field.key,
+                   CASE v_field.key WHEN 'delay' THEN 'string or number (of seconds)'
+                                    WHEN 'max_attempts' THEN 'number' ELSE 'string' END),
+            'see the task at that position',
+            'kind, state, id and idempotency_key are strings, delay a string such as ''30 seconds'' (or a number'
+            || ' of seconds), max_attempts an integer.');
+    END IF;
     BEGIN
-        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind, coalesce(r.data, '{}'),
+        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind,
+                          CASE WHEN jsonb_typeof(e.task) <> 'object' THEN '{}'
+                               WHEN e.task ? 'data' THEN e.task -> 'data' ELSE '{}' END,
                           coalesce(r.state, 'new'), coalesce(r.delay, interval '0'), r.idempotency_key,
                           coalesce(r.max_attempts, 5), jsonb_typeof(e.task) = 'object')::tenure._task_input
                          ORDER BY e.ord)
@@ -168,7 +202,7 @@ BEGIN
                    AS r(kind text, data jsonb, state text, delay interval, id uuid, idempotency_key text,
                         max_attempts integer);
     EXCEPTION WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
-                   OR numeric_value_out_of_range OR invalid_parameter_value THEN
+                   OR interval_field_overflow OR numeric_value_out_of_range OR invalid_parameter_value THEN
         PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'has a value of the wrong type', SQLERRM,
             'id must be a uuid, delay an interval such as ''30 seconds'', max_attempts an integer.');
     END;
@@ -238,7 +272,7 @@ COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text,
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
 p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
 A task due now is announced with NOTIFY tenure_task, payload = kind. p_max_attempts (default 5) bounds failed attempts before the task is dead.
-Errors: TN001 on an empty kind or state, a negative delay or max_attempts below 1.$$;
+Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, or an idempotency key that is empty or over 500 characters.$$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
 RETURNS SETOF tenure.task_enqueued
@@ -265,15 +299,17 @@ DECLARE
     v_died integer;
     v_task record;
 BEGIN
-    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_limit IS NULL
-       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0 OR array_position(p_kinds, NULL) IS NOT NULL THEN
+    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '100 years' OR p_limit IS NULL
+       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0
+       OR (CASE WHEN array_ndims(p_kinds) > 1 THEN true ELSE array_position(p_kinds, NULL) IS NOT NULL END) THEN
         PERFORM tenure._check_instance('task_acquire', 'p_owner', p_owner);
         PERFORM tenure._check_duration('task_acquire', 'p_lease', p_lease);
         IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
             PERFORM tenure._invalid_argument('task_acquire', 'p_limit', 'must be between 1 and 10000',
                 quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
         END IF;
-        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds', 'must be NULL (any kind) or a non-empty array of kinds',
+        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds',
+            'must be NULL (any kind) or a non-empty one-dimensional array of kinds',
             quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
     END IF;
     PERFORM tenure._durable();
@@ -529,7 +565,7 @@ DECLARE
     v_task tenure.task;
 BEGIN
     PERFORM tenure._check_holder('task_fail', p_id, p_owner, p_epoch);
-    IF p_error IS NULL OR btrim(p_error) = '' THEN
+    IF tenure._blank(p_error) THEN
         PERFORM tenure._invalid_argument('task_fail', 'p_error', 'must describe the failure',
             quote_nullable(p_error), 'Pass the error message; it is kept in last_error.');
     END IF;
