@@ -163,6 +163,9 @@ class TaskWorker:
         self.stats = WorkerStats()
         self.metrics = metrics or Metrics()
         self._in_flight: dict[uuid.UUID, Task] = {}
+        # Tasks whose outcome is being recorded: a refused extension of one of these may
+        # only mean the outcome committed first; the outcome's own transaction tells.
+        self._recording: set[uuid.UUID] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()  # no more new tasks
@@ -374,7 +377,10 @@ class TaskWorker:
                     )
                     task.valid_until = sent + self.safe_window
                 except LeaseLost as error:
-                    self._lose(task, error.detail or error.message)
+                    with self._lock:
+                        recording = task.id in self._recording
+                    if not recording:
+                        self._lose(task, error.detail or error.message)
                 except psycopg.Error as error:
                     log.warning("%s: extending %s failed: %s", self.name, task.id, error)
 
@@ -432,6 +438,8 @@ class TaskWorker:
         if task.is_lost():
             self._discard(task, "the lease was lost before the outcome was recorded")
             return False
+        with self._lock:
+            self._recording.add(task.id)
         try:
             self._call(lambda connection: self._record(connection, task, outcome), until=task.valid_until)
         except LeaseLost as error:
@@ -441,6 +449,9 @@ class TaskWorker:
         except psycopg.Error as error:
             log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
             return False
+        finally:
+            with self._lock:
+                self._recording.discard(task.id)
         if not isinstance(outcome, Next):
             self._finish(task)  # before the extender can find it held and be told it is done
         with self._lock:
