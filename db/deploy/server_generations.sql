@@ -16,10 +16,17 @@ CREATE TABLE tenure.server_generation (
 COMMENT ON TABLE tenure.server_generation IS
     'One row per server that has made tenure''s grants, in order: its timeline and system identifier, and when (by its own clock) tenure first wrote on it. The last row is the current server. A new row starts when a write finds the server changed (failover, restore); grants of earlier generations then have their expiries re-based on the new clock.';
 
+-- The timeline a primary writes WAL on now: the first 8 hex digits of the current WAL
+-- file's name (pg_walfile_name uses the insertion timeline, new at once after a
+-- promotion, where pg_control_checkpoint() waits for the next checkpoint).
+CREATE FUNCTION tenure._server_timeline() RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer $$;
+
 -- The server this change is deployed on is the first generation.
 INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)
-SELECT 1, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer,
-       (SELECT system_identifier FROM pg_control_system()), clock_timestamp();
+SELECT 1, tenure._server_timeline(), (SELECT system_identifier FROM pg_control_system()), clock_timestamp();
 
 CREATE FUNCTION tenure._current_generation() RETURNS bigint
 LANGUAGE sql STABLE

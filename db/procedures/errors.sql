@@ -73,7 +73,7 @@ DECLARE
     v_now      timestamptz;
 BEGIN
     PERFORM tenure._on_primary();
-    v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_timeline := tenure._server_timeline();
     v_system := (SELECT system_identifier FROM pg_control_system());
     SELECT * INTO v_current FROM tenure.server_generation ORDER BY generation DESC LIMIT 1;
     IF v_current.timeline = v_timeline AND v_current.system_identifier = v_system THEN

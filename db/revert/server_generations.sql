@@ -12,6 +12,7 @@ ALTER TABLE tenure.heartbeat_term DROP COLUMN generation;
 ALTER TABLE tenure.heartbeat DROP COLUMN generation;
 DROP VIEW tenure.server_generations;
 DROP FUNCTION tenure._current_generation();
+DROP FUNCTION tenure._server_timeline();
 DROP TABLE tenure.server_generation;
 
 COMMIT;

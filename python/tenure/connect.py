@@ -199,7 +199,6 @@ class Deadlines:
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.abandoned = 0
 
     @contextmanager
     def bounded(self, connection: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
@@ -243,7 +242,6 @@ class Deadlines:
                     continue
                 heapq.heappop(self._heap)
                 self._live.discard(token)
-                self.abandoned += 1
                 log.warning("%s: a call overran its time bound: abandoning its connection", self.name)
                 abandon(connection)
 
@@ -278,6 +276,16 @@ def refuse_transaction_pooling(
                     hint="Connect it to PostgreSQL directly or through a session-pooling proxy "
                     "(pgbouncer pool_mode = session).",
                 )
+
+
+def check_start(conninfo: str, *, application_name: str, listener: str | None) -> None:
+    """What a pooled runtime checks before it opens its pool, on one direct connection, so
+    that a problem is reported clearly and not as a pool timeout: a pooler that refuses
+    tenure's startup options, and, for ``listener`` (a runtime that uses LISTEN), a
+    transaction pooler."""
+    with connect(conninfo, application_name=application_name, deadline=5.0) as probe:
+        if listener is not None:
+            refuse_transaction_pooling(probe, conninfo, what=listener, needs="LISTEN")
 
 
 def listen(

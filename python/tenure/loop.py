@@ -102,8 +102,9 @@ class CycleLoop:
         self._stopped()
         while leave:
             try:
-                with self._deadlines.bounded(self._open(), max(0.1, end - time.monotonic())):
-                    self._leave(Driver(self._open()))
+                connection = self._open()
+                with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
+                    self._leave(Driver(connection))
                 break
             except psycopg.Error as error:
                 self._close()

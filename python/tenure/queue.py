@@ -28,11 +28,10 @@ from psycopg_pool import ConnectionPool
 
 from tenure.claimer import Claimer, Keys
 from tenure.connect import (
-    connect,
+    check_start,
     connection_options,
     instance_name,
     listen,
-    refuse_transaction_pooling,
     watch_commits,
 )
 from tenure.driver import BatchGrant, Driver, Resolution
@@ -162,13 +161,11 @@ class SubmissionPool:
         self.skipped = 0
 
     def start(self) -> SubmissionPool:
-        # A direct connection first: a pooler that refuses tenure's startup options, or
-        # LISTEN through a transaction pooler, is reported here and not as a pool timeout.
-        with connect(self.conninfo, application_name="tenure queue probe", deadline=5.0) as probe:
-            if self.listen:
-                refuse_transaction_pooling(
-                    probe, self.conninfo, what="a queue that listens for new batches", needs="LISTEN"
-                )
+        check_start(
+            self.conninfo,
+            application_name="tenure queue probe",
+            listener="a queue that listens for new batches" if self.listen else None,
+        )
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
         targets = [self._submitter] * self.submitters + [self._monitor]

@@ -205,12 +205,7 @@ class ReplicaManager(GrantLoop):
         if self.check_pooling:
             # The first lock connection is checked before anything is set on its session:
             # through a transaction pooler that would change a server session others share.
-            connection = connect(
-                self.conninfo,
-                application_name=f"tenure replica {self.name}",
-                deadline=self.timing.idle_timeout,
-                idle_session_timeout=self.timing.idle_timeout,
-            )
+            connection = self._dial()
             try:
                 refuse_transaction_pooling(
                     connection, self.conninfo, what="tenure replicas", needs="a session advisory lock"
@@ -224,13 +219,15 @@ class ReplicaManager(GrantLoop):
     # -- the cycle ---------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return self._lock_session(
-            connect(
-                self.conninfo,
-                application_name=f"tenure replica {self.name}",
-                deadline=self.timing.idle_timeout,
-                idle_session_timeout=self.timing.idle_timeout,
-            )
+        return self._lock_session(self._dial())
+
+    def _dial(self) -> psycopg.Connection[Any]:
+        """A lock connection as it comes from the server, nothing set on its session yet."""
+        return connect(
+            self.conninfo,
+            application_name=f"tenure replica {self.name}",
+            deadline=self.timing.idle_timeout,
+            idle_session_timeout=self.timing.idle_timeout,
         )
 
     def _lock_session(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:

@@ -38,13 +38,12 @@ from psycopg_pool import ConnectionPool
 
 from tenure.connect import (
     Deadlines,
-    connect,
+    check_start,
     connection_options,
     durable_transaction,
     instance_name,
     listen,
     lost_server,
-    refuse_transaction_pooling,
     watch_commits,
 )
 from tenure.driver import Driver, TaskLease
@@ -226,16 +225,11 @@ class TaskWorker:
     # -- life cycle ---------------------------------------------------------------
 
     def start(self) -> TaskWorker:
-        # A direct connection first: a pooler that refuses tenure's startup options, or
-        # LISTEN through a transaction pooler, is reported here and not as a pool timeout.
-        with connect(self.conninfo, application_name=f"tenure tasks {self.name}", deadline=5.0) as probe:
-            if self.listen:
-                refuse_transaction_pooling(
-                    probe,
-                    self.conninfo,
-                    what="a task worker that listens for new tasks",
-                    needs="LISTEN",
-                )
+        check_start(
+            self.conninfo,
+            application_name=f"tenure tasks {self.name}",
+            listener="a task worker that listens for new tasks" if self.listen else None,
+        )
         self._pool.open(wait=True, timeout=30)
         loops: list[tuple[Callable[[], None], str]] = [(self._poll, "poll"), (self._extend, "extend")]
         if self.listen:

@@ -74,8 +74,8 @@ class Fleet:
     """The clients, and their own logs of what the database told them."""
 
     conninfo: str
-    elected: list[tuple[uuid.UUID, int, float]] = field(default_factory=list)
-    demoted: list[tuple[uuid.UUID, float]] = field(default_factory=list)
+    elected: list[tuple[str, int, float]] = field(default_factory=list)  # elector, term, when
+    demoted: list[tuple[str, float]] = field(default_factory=list)
     acked_writes: list[tuple[uuid.UUID, int, int]] = field(default_factory=list)
     leases: list[tuple[uuid.UUID, int, uuid.UUID]] = field(default_factory=list)
     acked_outcomes: list[tuple[uuid.UUID, int]] = field(default_factory=list)
@@ -87,9 +87,16 @@ class Fleet:
 
     def start(self) -> None:
         for n in range(3):
-            elector = Elector(self.conninfo, UTYPE, interval=I, timeout=T, name=f"e{n}")
-            elector._on_gained = self._on_elected(elector)
-            elector._on_lost = self._on_demoted(elector)
+            name = f"e{n}"
+            elector = Elector(
+                self.conninfo,
+                UTYPE,
+                interval=I,
+                timeout=T,
+                name=name,
+                on_elected=self._on_elected(name),
+                on_demoted=self._on_demoted(name),
+            )
             self.electors.append(elector.start())
             thread = threading.Thread(target=self._write, args=(elector,), daemon=True)
             thread.start()
@@ -98,17 +105,17 @@ class Fleet:
             worker = AckingWorker(self, n)
             self.workers.append(worker.start())
 
-    def _on_elected(self, elector: Elector) -> Callable[[int], None]:
+    def _on_elected(self, name: str) -> Callable[[int], None]:
         def on_elected(term: int) -> None:
             with self.lock:
-                self.elected.append((elector.instance_id, term, time.monotonic()))
+                self.elected.append((name, term, time.monotonic()))
 
         return on_elected
 
-    def _on_demoted(self, elector: Elector) -> Callable[[str], None]:
+    def _on_demoted(self, name: str) -> Callable[[str], None]:
         def on_demoted(reason: str) -> None:
             with self.lock:
-                self.demoted.append((elector.instance_id, time.monotonic()))
+                self.demoted.append((name, time.monotonic()))
 
         return on_demoted
 
@@ -233,7 +240,7 @@ def run_scenario(cluster: PatroniCluster, fault: Callable[[Fleet], float], *, ta
 
 
 def check(cluster: PatroniCluster, fleet: Fleet, tasks: int) -> None:
-    granted: dict[int, set[uuid.UUID]] = {}
+    granted: dict[int, set[str]] = {}
     for instance, term, _ in fleet.elected:
         granted.setdefault(term, set()).add(instance)
     assert all(len(holders) == 1 for holders in granted.values()), f"a term granted twice: {granted}"
