@@ -73,8 +73,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import procs
 import psycopg
@@ -135,7 +134,7 @@ class Node:
         return self.process is not None and self.process.poll() is None and not self.frozen
 
 
-class PatroniCluster:
+class PatroniCluster(procs.Harness):
     """etcd + ``nodes`` Patroni members named n1, n2, ...; a context manager."""
 
     def __init__(
@@ -176,21 +175,8 @@ class PatroniCluster:
 
     # -- life cycle ---------------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            sys.stderr.write(self.log_tails())
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is not None:
-            sys.stderr.write(self.log_tails())
-        self.close()
+    def failure_logs(self) -> str:
+        return self.log_tails()
 
     def start(self) -> None:
         began = time.monotonic()

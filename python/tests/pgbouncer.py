@@ -25,13 +25,11 @@ import contextlib
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import procs
 import psycopg
@@ -40,7 +38,7 @@ from psycopg.conninfo import make_conninfo
 DEFAULT_IGNORE = "extra_float_digits,options"
 
 
-class PgBouncer:
+class PgBouncer(procs.Harness):
     def __init__(
         self,
         *,
@@ -76,21 +74,8 @@ class PgBouncer:
     def log_path(self) -> Path:
         return self.directory / "pgbouncer.log"
 
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            sys.stderr.write(self.log_tail())
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is not None:
-            sys.stderr.write(self.log_tail())
-        self.close()
+    def failure_logs(self) -> str:
+        return self.log_tail()
 
     def _config(self) -> str:
         settings: dict[str, str | int] = {

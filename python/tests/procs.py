@@ -31,7 +31,38 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
+
+
+class Harness:
+    """A test harness as a context manager: started on entry, closed on exit whatever
+    happens, and its logs written to stderr when starting or the ``with`` block failed."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def failure_logs(self) -> str:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            sys.stderr.write(self.failure_logs())
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            sys.stderr.write(self.failure_logs())
+        self.close()
 
 
 class RunAs:
