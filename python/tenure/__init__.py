@@ -1,9 +1,36 @@
-"""tenure: high availability for services that share one PostgreSQL database."""
+"""tenure: high availability for services that share one PostgreSQL database.
 
-from tenure.driver import Driver, HeartbeatStatus, PrimaryEntry, TaskEnqueued, TaskLease, TaskRow, TaskStatus
+Everything an application needs is importable from here: the ``Driver`` (one
+method per SQL function) with its row types and errors, and the runtimes that
+schedule the calls (``Elector``, ``Claimer``, ``TaskWorker``, ``SubmissionPool``,
+``ReplicaManager``) with their HTTP endpoints.
+"""
+
+from tenure.claimer import Claimer, Keys
+from tenure.connect import connect, connection_options
+from tenure.driver import (
+    BatchEnqueued,
+    BatchGrant,
+    BatchKey,
+    BatchRow,
+    ClaimGrant,
+    ClaimInstance,
+    ClaimRow,
+    Driver,
+    HeartbeatStatus,
+    PrimaryEntry,
+    ReplicaGrant,
+    ReplicaHolder,
+    Resolution,
+    TaskEnqueued,
+    TaskLease,
+    TaskRow,
+    TaskStatus,
+)
 from tenure.elector import ElectionTiming, Elector
 from tenure.errors import (
     ClaimLost,
+    CommitNotConfirmed,
     FencingError,
     InvalidArgument,
     InvalidConfiguration,
@@ -13,27 +40,77 @@ from tenure.errors import (
     NotPrimary,
     TenureError,
 )
-from tenure.health import PrimaryEndpoint, PrimaryWatch
+from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
+from tenure.metrics import Metrics, MetricsServer
+from tenure.queue import SubmissionPool
+from tenure.replica import ReplicaManager, ReplicaServer, ReplicaTiming, active_only
+from tenure.shutdown import wait_for_shutdown
+from tenure.tasks import (
+    Complete,
+    Fail,
+    Next,
+    Outcome,
+    Processor,
+    Release,
+    Task,
+    TaskWorker,
+    WorkerStats,
+    Writes,
+)
 
 __all__ = [
+    "BatchEnqueued",
+    "BatchGrant",
+    "BatchKey",
+    "BatchRow",
+    "ClaimGrant",
+    "ClaimInstance",
     "ClaimLost",
+    "ClaimRow",
+    "Claimer",
+    "CommitNotConfirmed",
+    "Complete",
     "Driver",
     "ElectionTiming",
     "Elector",
+    "Fail",
     "FencingError",
     "HeartbeatStatus",
     "InvalidArgument",
     "InvalidConfiguration",
     "InvalidTransition",
+    "Keys",
     "LeaseLost",
+    "Metrics",
+    "MetricsServer",
+    "Next",
     "NotFound",
     "NotPrimary",
+    "Outcome",
     "PrimaryEndpoint",
     "PrimaryEntry",
     "PrimaryWatch",
+    "Processor",
+    "Release",
+    "ReplicaGrant",
+    "ReplicaHolder",
+    "ReplicaManager",
+    "ReplicaServer",
+    "ReplicaTiming",
+    "Resolution",
+    "SubmissionPool",
+    "Task",
     "TaskEnqueued",
     "TaskLease",
     "TaskRow",
     "TaskStatus",
+    "TaskWorker",
     "TenureError",
+    "WorkerStats",
+    "Writes",
+    "active_only",
+    "ask_primary",
+    "connect",
+    "connection_options",
+    "wait_for_shutdown",
 ]
