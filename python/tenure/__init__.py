@@ -6,7 +6,6 @@ schedule the calls (``Elector``, ``Claimer``, ``TaskWorker``, ``SubmissionPool``
 ``ReplicaManager``) with their HTTP endpoints.
 """
 
-from tenure.claimer import Claimer, Keys
 from tenure.connect import connect, connection_options
 from tenure.driver import (
     BatchEnqueued,
@@ -27,7 +26,6 @@ from tenure.driver import (
     TaskRow,
     TaskStatus,
 )
-from tenure.elector import ElectionTiming, Elector
 from tenure.errors import (
     ClaimLost,
     CommitNotConfirmed,
@@ -40,12 +38,15 @@ from tenure.errors import (
     NotPrimary,
     TenureError,
 )
-from tenure.health import PrimaryEndpoint, PrimaryWatch, ask_primary
+from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
+from tenure.http.replica import ReplicaServer, active_only
 from tenure.metrics import Metrics, MetricsServer
-from tenure.queue import SubmissionPool
-from tenure.replica import ReplicaManager, ReplicaServer, ReplicaTiming, active_only
-from tenure.shutdown import wait_for_shutdown
-from tenure.tasks import (
+from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.claims import Claimer, Keys
+from tenure.runtime.heartbeat import ElectionTiming, Elector
+from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
+from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.tasks import (
     Complete,
     Fail,
     Next,

@@ -21,7 +21,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
-from tenure.demo import setup
+from tenure.testing.database import setup
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.tasks import Complete, Processor, Release, Task
+from tenure.runtime.tasks import Complete, Processor, Release, Task
 
 
 def audit(task: Task, step: str) -> Any:

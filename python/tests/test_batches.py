@@ -12,8 +12,8 @@ import pytest
 from tenure import ClaimLost, Driver
 from tenure.driver import Resolution
 from tenure.errors import InvalidTransition
-from tenure.ledger import SimulatedLedger
-from tenure.queue import SubmissionPool
+from tenure.runtime.batches import SubmissionPool
+from tenure.testing.ledger import SimulatedLedger
 
 
 def test_serial_queue_through_the_driver(admin: psycopg.Connection[Any]) -> None:

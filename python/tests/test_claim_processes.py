@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from tenure import Driver
-from tenure.demo import server_now
-from tenure.demo_claims import SETUP_SQL, ClaimerProcess
+from tenure.testing.claims import ClaimerProcess
+from tenure.testing.database import server_now
 
 CYCLE, EXPIRY = 0.3, 1.0
 KEYSPACE, KEYS = "services", 300
@@ -29,7 +29,6 @@ SLACK = 0.5
 def claimers(
     app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> Iterator[list[ClaimerProcess]]:
-    admin.execute(SETUP_SQL)
     spawned: list[ClaimerProcess] = []
     try:
         yield spawned

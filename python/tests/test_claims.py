@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from tenure import ClaimLost, Driver, InvalidArgument, InvalidConfiguration
-from tenure.claimer import Claimer, Keys
+from tenure.runtime.claims import Claimer, Keys
 
 CYCLE, EXPIRY = 0.2, 0.7
 

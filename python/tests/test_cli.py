@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 from tenure import Driver
-from tenure.cli import BATCH_EXAMPLES, CLAIM_EXAMPLES, EXAMPLES, TASK_EXAMPLES, build_parser
-from tenure.demo import run_demo
-from tenure.demo_queue import run_queue_demo
-from tenure.demo_tasks import run_task_demo
+from tenure.cli import EXAMPLES, build_parser
+from tenure.cli.batches import EXAMPLES as BATCH_EXAMPLES
+from tenure.cli.claims import EXAMPLES as CLAIM_EXAMPLES
+from tenure.cli.tasks import EXAMPLES as TASK_EXAMPLES
+from tenure.demo.batches import run_queue_demo
+from tenure.demo.heartbeat import run_demo
+from tenure.demo.tasks import run_task_demo
 
 TENURE = [sys.executable, "-m", "tenure"]
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tenure import Elector, InvalidArgument, InvalidConfiguration, PrimaryEndpoint, PrimaryWatch
-from tenure.history import read_terms
+from tenure.testing.history import read_terms
 
 I, T = 0.2, 0.7
 

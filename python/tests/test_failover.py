@@ -31,9 +31,9 @@ from patroni_cluster import FailureLogs, PatroniCluster
 
 from tenure import Driver
 from tenure.connect import Deadlines, connect, durable_transaction
-from tenure.elector import Elector
 from tenure.errors import TenureError
-from tenure.tasks import Complete, Outcome, Task, TaskWorker
+from tenure.runtime.heartbeat import Elector
+from tenure.runtime.tasks import Complete, Outcome, Task, TaskWorker
 
 pytestmark = pytest.mark.skipif(
     shutil.which("patroni") is None or shutil.which("etcd") is None,

@@ -16,7 +16,7 @@ from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure import Driver, Elector, NotPrimary
-from tenure.history import check_terms, read_terms
+from tenure.testing.history import check_terms, read_terms
 
 ROOT = Path(__file__).resolve().parents[2]
 I, T = 0.2, 0.7

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tenure.errors import NotPrimary, from_psycopg
-from tenure.history import check_terms, read_terms
+from tenure.testing.history import check_terms, read_terms
 
 INSTANCES = [uuid.UUID(int=n) for n in (1, 2, 3)]
 TIMEOUTS = [timedelta(seconds=s) for s in (1, 2, 3)]

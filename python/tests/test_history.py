@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from tenure.history import FencedWrite, Term, check_terms, check_writes
+from tenure.testing.history import FencedWrite, Term, check_terms, check_writes
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 A, B = uuid4(), uuid4()

@@ -11,13 +11,14 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import Driver, Elector
-from tenure.claimer import Claimer
-from tenure.health import PrimaryEndpoint
-from tenure.ledger import SimulatedLedger
+from tenure.http.primary import PrimaryEndpoint
+from tenure.http.replica import ReplicaServer
 from tenure.metrics import Metrics, MetricsServer
-from tenure.queue import SubmissionPool
-from tenure.replica import ReplicaManager, ReplicaServer
-from tenure.tasks import Complete, Task, TaskWorker
+from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.claims import Claimer
+from tenure.runtime.replicas import ReplicaManager
+from tenure.runtime.tasks import Complete, Task, TaskWorker
+from tenure.testing.ledger import SimulatedLedger
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -15,8 +15,7 @@ import pytest
 from conftest import HOST, PORT, ROOT, USER
 from psycopg.conninfo import make_conninfo
 
-from tenure import deploy
-from tenure.cli import main
+from tenure.cli import deploy, main
 
 
 @pytest.fixture

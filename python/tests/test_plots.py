@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tenure import plots
+from tenure.testing import plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -23,12 +23,12 @@ from pgbouncer import PgBouncer
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure import Driver
-from tenure.claimer import Claimer, Keys
 from tenure.connect import connect
-from tenure.elector import Elector
 from tenure.errors import InvalidConfiguration
-from tenure.replica import ReplicaManager
-from tenure.tasks import Complete, Task, TaskWorker
+from tenure.runtime.claims import Claimer, Keys
+from tenure.runtime.heartbeat import Elector
+from tenure.runtime.replicas import ReplicaManager
+from tenure.runtime.tasks import Complete, Task, TaskWorker
 
 SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "60"))
 

@@ -18,9 +18,10 @@ from uuid import UUID
 
 import pytest
 
-from tenure.demo import ServiceProcess, read_writes, server_now, wait_for_primary
 from tenure.driver import Driver
-from tenure.history import check_terms, check_writes, read_terms
+from tenure.testing.database import server_now
+from tenure.testing.heartbeat import ServiceProcess, read_writes, wait_for_primary
+from tenure.testing.history import check_terms, check_writes, read_terms
 
 I, T = 0.3, 1.0
 # Scheduling on a loaded two-core machine adds to the protocol's bound: the

@@ -19,7 +19,8 @@ import psycopg
 import pytest
 
 from tenure import Driver
-from tenure.demo_queue import LedgerProcess, QueueProcess
+from tenure.testing.batches import QueueProcess
+from tenure.testing.ledger import LedgerProcess
 
 BATCHES = int(os.environ.get("TENURE_QUEUE_BATCHES", "1000"))
 KEYS, FLOOD_SHARE, EXPIRY = 50, 0.25, 1.0

@@ -28,19 +28,19 @@ import pytest
 from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tenure.cli import REPLICA_EXAMPLES
-from tenure.demo_replicas import (
+from tenure.cli.replicas import EXAMPLES as REPLICA_EXAMPLES
+from tenure.demo.replicas import run_replica_demo
+from tenure.driver import Driver
+from tenure.testing.database import setup
+from tenure.testing.haproxy import HAProxy
+from tenure.testing.replicas import (
     Client,
-    HAProxy,
     ReplicaProcess,
     ReplicaSettings,
     check_replica_records,
     read_replica_records,
-    run_replica_demo,
-    setup_replicas,
     wait_for_active,
 )
-from tenure.driver import Driver
 
 SETTINGS = ReplicaSettings(interval=0.2, idle_timeout=0.6, grace=0.6, check_interval=0.1)
 ROUNDS = int(os.environ.get("REPLICA_ROUNDS", "1"))
@@ -49,7 +49,7 @@ TENURE = [sys.executable, "-m", "tenure"]
 
 @pytest.fixture
 def replicas(admin_conninfo: str, tmp_path: Path) -> Iterator[list[ReplicaProcess]]:
-    conninfo = setup_replicas(admin_conninfo)
+    conninfo = setup(admin_conninfo)
     spawned = [
         ReplicaProcess(conninfo, f"r{n}", tmp_path / f"r{n}.log", settings=SETTINGS) for n in (1, 2, 3)
     ]
@@ -111,7 +111,7 @@ def test_failover_behind_haproxy(
                     if fault == "SIGKILL":
                         # Keep three replicas for the next faults: a new one on the same port.
                         replicas[replicas.index(active)] = ReplicaProcess(
-                            setup_replicas(admin_conninfo),
+                            setup(admin_conninfo),
                             active.name,
                             tmp_path / f"{active.name}-{round}.log",
                             settings=SETTINGS,
@@ -138,7 +138,7 @@ def test_blip_shorter_than_grace_keeps_the_active_replica(
 ) -> None:
     """The active replica reaches the database through a proxy that cuts every connection and
     then passes nothing for 0.3 s (< grace 0.6 s): it stays the active replica, through HAProxy."""
-    conninfo = setup_replicas(admin_conninfo)
+    conninfo = setup(admin_conninfo)
     params = conninfo_to_dict(conninfo)
     spawned: list[ReplicaProcess] = []
     with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:

@@ -24,10 +24,11 @@ import pytest
 from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tenure.demo_replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 from tenure.driver import Driver
 from tenure.errors import InvalidConfiguration, NotPrimary
-from tenure.replica import ReplicaManager, ReplicaServer, ReplicaTiming, active_only
+from tenure.http.replica import ReplicaServer, active_only
+from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
+from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 
 I = 0.2
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from conftest import ROOT
 
-from tenure.sqldocs import MissingComment, generate, main
+from tenure.testing.sqldocs import MissingComment, generate, main
 
 
 def test_reference_names_every_public_function_and_is_deterministic(

@@ -25,7 +25,7 @@ import pytest
 from task_app import AUDIT_SQL
 
 from tenure import Driver
-from tenure.demo import TaskWorkerProcess
+from tenure.testing.tasks import TaskWorkerProcess
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
 LEASE, POLL = 1.0, 0.2

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tenure import Driver, InvalidArgument, LeaseLost, NotFound
-from tenure.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
+from tenure.runtime.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
 
 
 def wait_until(condition: Any, timeout: float = 20.0) -> bool:

@@ -2,7 +2,7 @@
 ``work_every`` seconds, does fenced work on a few of the keys it holds (a row in
 ``tenure_demo.claim_work`` written under ``claim_fence`` in the same transaction).
 It prints one JSON line per event. Run one with
-``python -m tenure.demo_claims --db URL --keyspace services``.
+``python -m tenure.testing.claims --db URL --keyspace services``.
 """
 
 from __future__ import annotations
@@ -13,34 +13,18 @@ import os
 import random
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from tenure.claimer import Claimer, Keys
 from tenure.connect import connect
-from tenure.demo import APP_ROLE, ChildProcess
 from tenure.driver import Driver
 from tenure.errors import ClaimLost
-from tenure.shutdown import wait_for_shutdown
-
-SETUP_SQL = f"""
-CREATE TABLE IF NOT EXISTS tenure_demo.claim_work (
-    keyspace    text        NOT NULL,
-    key         text        NOT NULL,
-    epoch       bigint      NOT NULL,
-    instance_id uuid        NOT NULL,
-    done_at     timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-GRANT INSERT ON tenure_demo.claim_work TO {APP_ROLE};
-"""
-
-
-def _emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "mono": round(time.monotonic(), 4), **fields}, default=str), flush=True)
+from tenure.runtime.claims import Claimer, Keys
+from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.testing.child import ChildProcess, emit
 
 
 def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, work_every: float) -> None:
@@ -49,8 +33,8 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
         keyspace,
         cycle=cycle,
         expiry=expiry,
-        on_gained=lambda keys: _emit("gained", count=len(keys)),
-        on_lost=lambda keys: _emit("lost", count=len(keys)),
+        on_gained=lambda keys: emit("gained", count=len(keys)),
+        on_lost=lambda keys: emit("lost", count=len(keys)),
     )
     stop = threading.Event()
     chooser = random.Random()
@@ -74,11 +58,11 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
                             "VALUES (%s, %s, %s, %s)",
                             (keyspace, key, epoch, claimer.instance_id),
                         )
-                    _emit("work", key=key, epoch=epoch)
+                    emit("work", key=key, epoch=epoch)
                 except ClaimLost:
-                    _emit("refused", key=key, epoch=epoch)
+                    emit("refused", key=key, epoch=epoch)
                 except psycopg.Error as error:
-                    _emit("work_failed", error=str(error).splitlines()[0])
+                    emit("work_failed", error=str(error).splitlines()[0])
                     if connection.broken or connection.closed:
                         connection = connect(
                             conninfo, application_name="tenure demo claim work", deadline=expiry
@@ -87,13 +71,13 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
         connection.close()
 
     with claimer:
-        _emit("started", instance_id=str(claimer.instance_id), pid=os.getpid())
+        emit("started", instance_id=str(claimer.instance_id), pid=os.getpid())
         worker = threading.Thread(target=work, daemon=True)
         worker.start()
         wait_for_shutdown()
         stop.set()
         worker.join()
-    _emit("released")
+    emit("released")
 
 
 class ClaimerProcess(ChildProcess):
@@ -104,7 +88,7 @@ class ClaimerProcess(ChildProcess):
             [
                 sys.executable,
                 "-m",
-                "tenure.demo_claims",
+                "tenure.testing.claims",
                 "--db",
                 conninfo,
                 "--keyspace",
@@ -124,7 +108,7 @@ class ClaimerProcess(ChildProcess):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tenure.demo_claims", description="one claim-holding demo service"
+        prog="python -m tenure.testing.claims", description="one claim-holding demo service"
     )
     parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""))
     parser.add_argument("--keyspace", default="services")

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
-from tenure.loop import CycleLoop
 from tenure.metrics import Metrics
+from tenure.runtime.loop import CycleLoop
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from tenure.connect import instance_name
 from tenure.driver import Driver
 from tenure.errors import InvalidArgument, InvalidConfiguration
-from tenure.loop import GrantLoop
 from tenure.metrics import Metrics
+from tenure.runtime.loop import GrantLoop
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,19 @@ import argparse
 import base64
 import json
 import random
+import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from tenure.driver import BatchGrant
+from tenure.testing.child import ChildProcess
 
 
 @dataclass
@@ -208,7 +211,7 @@ class LedgerClient:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tenure.ledger", description="a simulated ledger over HTTP"
+        prog="python -m tenure.testing.ledger", description="a simulated ledger over HTTP"
     )
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--reorders", action="store_true", help="apply batches after a random delay")
@@ -226,6 +229,17 @@ def main(argv: list[str] | None = None) -> None:
     server = LedgerServer(ledger, port=args.port)
     print(json.dumps({"event": "started", "url": server.url}), flush=True)
     server.http.serve_forever()
+
+
+class LedgerProcess(ChildProcess):
+    def __init__(self, log_path: Path, *, reorders: bool, forgets: bool, invalid_prefix: str = "bad") -> None:
+        flags = [*(["--reorders"] if reorders else []), *(["--forgets"] if forgets else [])]
+        super().__init__(
+            [sys.executable, "-m", "tenure.testing.ledger", "--invalid-prefix", invalid_prefix, *flags],
+            log_path,
+        )
+        self.url = self.wait_for_output(r'"url": "(http://[^"]+)"').group(1)
+        self.client = LedgerClient(self.url)
 
 
 if __name__ == "__main__":

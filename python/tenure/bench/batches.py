@@ -2,7 +2,7 @@
 
 Throughput: batches committed per second end to end (selected, submitted to an
 in-process simulated ledger that applies at once, resolved by the monitor) by one
-:class:`~tenure.queue.SubmissionPool` with 8 submitters, for 4 and for 1,000 keys, in
+:class:`~tenure.runtime.batches.SubmissionPool` with 8 submitters, for 4 and for 1,000 keys, in
 each mode, one-round (depth 1) against multi-round (depth 4). The baseline, measured
 in the same run, is a naive queue with the same ledger and the same number of
 threads: a plain table taken FIFO with ``FOR UPDATE SKIP LOCKED`` and marked done,
@@ -30,10 +30,11 @@ from uuid import UUID
 
 import psycopg
 
-from tenure import plots
 from tenure.driver import BatchGrant, Driver
-from tenure.ledger import SimulatedLedger
-from tenure.queue import SubmissionPool
+from tenure.runtime.batches import SubmissionPool
+from tenure.testing import plots
+from tenure.testing.database import retire_keyspace
+from tenure.testing.ledger import SimulatedLedger
 
 NAIVE_DDL = """
 CREATE TABLE IF NOT EXISTS tenure_bench.naive_batch (
@@ -121,13 +122,6 @@ def enqueue(admin: psycopg.Connection[Any], keyspace: str, plan: list[tuple[str,
     return len(rows)
 
 
-def retire(admin: psycopg.Connection[Any], keyspace: str) -> None:
-    """Retire every key of a bench queue: its batches go with them."""
-    keys = [r[0] for r in admin.execute("SELECT key FROM tenure.claim_key WHERE keyspace = %s", (keyspace,))]
-    if keys:
-        Driver(admin).claim_retire(keyspace, keys)
-
-
 @contextmanager
 def serving(conninfo: str, keyspace: str, ledger: RecordingLedger, *, depth: int) -> Iterator[SubmissionPool]:
     pool = SubmissionPool(
@@ -150,7 +144,7 @@ def tenure_run(
     admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], mode: str, depth: int
 ) -> tuple[list[tuple[float, int]], RecordingLedger]:
     keyspace = f"bench-{mode}-{len(plan)}-{depth}"
-    retire(admin, keyspace)
+    retire_keyspace(admin, keyspace)
     total = enqueue(admin, keyspace, plan, mode)
     # like the baseline's table: no dead rows of earlier runs (the claims section retires 10,000 keys)
     admin.execute("VACUUM ANALYZE tenure.batch, tenure.batch_key, tenure.claim_key, tenure.claim_instance")
@@ -162,7 +156,7 @@ def tenure_run(
     ledger = RecordingLedger()
     with serving(conninfo, keyspace, ledger, depth=depth):
         samples = watch(committed, total, timeout=600)
-    retire(admin, keyspace)
+    retire_keyspace(admin, keyspace)
     return samples, ledger
 
 

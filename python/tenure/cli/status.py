@@ -7,6 +7,8 @@ batch_queues.
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +16,9 @@ from uuid import UUID
 
 import psycopg
 
+from tenure.cli.common import Command
 from tenure.driver import Driver
+from tenure.runtime.shutdown import wait_for_shutdown
 
 # Each section of the screen and the view it shows, in that order.
 SECTIONS = {
@@ -145,3 +149,28 @@ def render(status: Status) -> str:
     if not s["batch_queues"]:
         lines.append("  (no batches)")
     return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        while True:
+            status = collect(connection)
+            if args.json:
+                print(json.dumps(status.as_json(), indent=2), flush=True)
+            else:
+                if args.watch:
+                    print("\033[H\033[2J", end="")  # clear the terminal
+                print(render(status), flush=True)
+            if not args.watch:
+                return 0
+            if wait_for_shutdown(timeout=args.watch):
+                return 0
+
+
+def register(command: Command) -> None:
+    status = command("status", "one screen of primaries, claims, tasks and batch queues, from tenure's views")
+    status.add_argument(
+        "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted"
+    )
+    status.add_argument("--json", action="store_true", help="print the same as JSON, for scripts")
+    status.set_defaults(run=cmd_status)

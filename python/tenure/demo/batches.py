@@ -1,99 +1,28 @@
-"""The submission-queue part of ``tenure demo``, and its service: a SubmissionPool
-against a simulated ledger served over HTTP (``python -m tenure.ledger``), used by the
-demo, the process tests and the bench. Run one service with
-``python -m tenure.demo_queue --db URL --keyspace orders --ledger URL``.
+"""The submission-queue part of ``tenure demo``, on the queue service of
+``tenure.testing.batches`` and the simulated ledger of ``tenure.testing.ledger``.
 
-The demo: purchase orders whose price changes are batches for a gossip ledger, which
-may apply two batches of a key in either order if both are in flight, so the queue
-is serial. One order's change is rejected by the ledger and halts that order until an
-operator skips it; one key floods the queue with batches just before the others send
-theirs. Two instances share the keys; one is killed with SIGKILL on the way.
+Purchase orders whose price changes are batches for a gossip ledger, which may
+apply two batches of a key in either order if both are in flight, so the queue is
+serial. One order's change is rejected by the ledger and halts that order until an
+operator skips it; one key floods the queue with batches just before the others
+send theirs. Two instances share the keys; one is killed with SIGKILL on the way.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import IO
-from uuid import UUID
 
 import psycopg
 
-from tenure.demo import ChildProcess, server_now, setup
 from tenure.driver import Driver
-from tenure.ledger import LedgerClient
-from tenure.queue import SubmissionPool
-from tenure.shutdown import wait_for_shutdown
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m tenure.demo_queue", description="one submission-queue service"
-    )
-    parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""))
-    parser.add_argument("--keyspace", default="orders")
-    parser.add_argument("--ledger", required=True, help="URL of python -m tenure.ledger")
-    parser.add_argument("--submitters", type=int, default=8)
-    parser.add_argument("--depth", type=int, default=1)
-    parser.add_argument("--cycle", type=float, default=0.3)
-    parser.add_argument("--expiry", type=float, default=1.0)
-    parser.add_argument("--poll-interval", type=float, default=0.2)
-    args = parser.parse_args(argv)
-    ledger = LedgerClient(args.ledger)
-    pool = SubmissionPool(
-        args.db,
-        args.keyspace,
-        submit=ledger.submit,
-        status=ledger.status,
-        submitters=args.submitters,
-        depth=args.depth,
-        cycle=args.cycle,
-        expiry=args.expiry,
-        poll_interval=args.poll_interval,
-    )
-    with pool:
-        print(json.dumps({"event": "started", "instance_id": str(pool.claimer.instance_id)}), flush=True)
-        wait_for_shutdown()
-    print(json.dumps({"event": "stopped", "submitted": pool.submitted, "skipped": pool.skipped}), flush=True)
-
-
-class QueueProcess(ChildProcess):
-    def __init__(
-        self, conninfo: str, keyspace: str, ledger_url: str, log_path: Path, *, depth: int = 1
-    ) -> None:
-        super().__init__(
-            [
-                sys.executable,
-                "-m",
-                "tenure.demo_queue",
-                "--db",
-                conninfo,
-                "--keyspace",
-                keyspace,
-                "--ledger",
-                ledger_url,
-                "--depth",
-                str(depth),
-            ],
-            log_path,
-        )
-        self.instance_id = UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"').group(1))
-
-
-class LedgerProcess(ChildProcess):
-    def __init__(self, log_path: Path, *, reorders: bool, forgets: bool, invalid_prefix: str = "bad") -> None:
-        flags = [*(["--reorders"] if reorders else []), *(["--forgets"] if forgets else [])]
-        super().__init__(
-            [sys.executable, "-m", "tenure.ledger", "--invalid-prefix", invalid_prefix, *flags], log_path
-        )
-        self.url = self.wait_for_output(r'"url": "(http://[^"]+)"').group(1)
-        self.client = LedgerClient(self.url)
-
+from tenure.testing.batches import QueueProcess
+from tenure.testing.child import ChildProcess
+from tenure.testing.database import retire_keyspace, server_now, setup
+from tenure.testing.ledger import LedgerProcess
 
 KEYSPACE, FLOOD, EXPIRY = "demo-ledger", 200, 1.0
 ORDERS = {  # the payloads: price changes; the ledger rejects those starting with "bad"
@@ -109,9 +38,7 @@ def run_queue_demo(admin_conninfo: str, *, workdir: Path, out: IO[str] | None = 
     app_conninfo = setup(admin_conninfo)
     admin = psycopg.connect(admin_conninfo, autocommit=True)
     driver = Driver(admin)
-    earlier = [c.key for c in driver.claims(KEYSPACE)]
-    if earlier:  # a demo run before this one: its keys and batches go
-        driver.claim_retire(KEYSPACE, earlier)
+    retire_keyspace(admin, KEYSPACE)  # a demo run before this one: its keys and batches go
     driver.batch_configure(KEYSPACE, mode="serial")
     print(
         f"\ntenure demo, submission queue: 2 instances serve {len(ORDERS) + 1} keys for a gossip ledger "
@@ -231,7 +158,3 @@ def _skip_when_halted(driver: Driver, key: str, out: IO[str], wait: float = 30.0
         time.sleep(0.05)
     print(f"  {key} never halted", file=out)
     return False
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """The submission queue's runtime: a queuer with the seed's ``next()``, a pool of
 submitters calling the application's ``submit``, and a monitor calling its
 ``status`` for pending batches. An instance serves only the keys it holds claims on
-(a :class:`~tenure.claimer.Claimer` runs inside).
+(a :class:`~tenure.runtime.claims.Claimer` runs inside).
 
 Per key, batches reach ``submit`` in sequence order even with many submitters: a
 submitter holding a later batch of a key waits until the earlier ones selected
@@ -26,7 +26,6 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from tenure.claimer import Claimer, Keys
 from tenure.connect import (
     check_start,
     connection_options,
@@ -37,6 +36,7 @@ from tenure.connect import (
 from tenure.driver import BatchGrant, Driver, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
+from tenure.runtime.claims import Claimer, Keys
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,11 @@
-"""Replicas behind HAProxy: the demo service, the pieces the process test and the bench
-share, and the demo that kills the active replica.
+"""Replicas as processes: the demo replica service, a client that writes through the
+load balancer, and the checks of what the client was told against the database.
 
-A demo replica (``python -m tenure.demo_replicas --db URL --name r1 --port 8081``)
+A demo replica (``python -m tenure.testing.replicas --db URL --name r1 --port 8081``)
 runs a ReplicaManager and serves ``GET /health/active``, ``GET /health/live`` and
 ``POST /write``: while active, each write inserts a row into
 ``tenure_demo.replica_writes`` through the lock connection after ``replica_guard``,
-with the replica's name, its epoch, the backend pid and the server's time. HAProxy
-(Debian's package), started on loopback with an HTTP health check on
-``/health/active``, sends the requests of a client to the active replica only.
+with the replica's name, its epoch, the backend pid and the server's time.
 """
 
 from __future__ import annotations
@@ -15,9 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
-import socket
 import sys
 import threading
 import time
@@ -27,45 +22,17 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 from psycopg.rows import class_row
 
-from tenure import plots
-from tenure.demo import ChildProcess, setup
 from tenure.driver import Driver
-from tenure.replica import ReplicaManager, ReplicaServer, active_only
-from tenure.shutdown import wait_for_shutdown
-
-REPLICA_SQL = """
-CREATE TABLE IF NOT EXISTS tenure_demo.replica_writes (
-    id         bigserial   PRIMARY KEY,
-    request_id text        NOT NULL UNIQUE,
-    replica    text        NOT NULL,
-    epoch      bigint      NOT NULL,
-    pid        integer     NOT NULL,
-    done_at    timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-GRANT INSERT, SELECT ON tenure_demo.replica_writes TO tenure_demo_app;  -- SELECT for RETURNING
-GRANT USAGE ON SEQUENCE tenure_demo.replica_writes_id_seq TO tenure_demo_app;
-"""
-
-
-def setup_replicas(admin_conninfo: str) -> str:
-    """The demo's role and tables, plus the replicas' write table; returns the app's conninfo."""
-    conninfo = setup(admin_conninfo)
-    with psycopg.connect(admin_conninfo, autocommit=True) as connection:
-        connection.execute(REPLICA_SQL)
-    return conninfo
-
-
-# -- one replica ---------------------------------------------------------------------
-
-
-def _emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "mono": round(time.monotonic(), 4), **fields}, default=str), flush=True)
+from tenure.http.replica import ReplicaServer, active_only
+from tenure.runtime.replicas import ReplicaManager
+from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.testing.child import ChildProcess, emit
+from tenure.testing.haproxy import free_port
 
 
 def run_replica(
@@ -77,8 +44,8 @@ def run_replica(
         interval=interval,
         idle_timeout=idle_timeout,
         grace=grace,
-        on_active=lambda epoch: _emit("active", epoch=epoch),
-        on_passive=lambda reason: _emit("passive", reason=reason),
+        on_active=lambda epoch: emit("active", epoch=epoch),
+        on_passive=lambda reason: emit("passive", reason=reason),
     )
 
     @active_only(manager)
@@ -94,13 +61,13 @@ def run_replica(
         return 200, {"request_id": request_id, "replica": manager.name, "epoch": row[0], "pid": row[1]}
 
     with manager, ReplicaServer(manager, host=host, port=port, routes={("POST", "/write"): write}) as server:
-        _emit("started", replica=manager.name, url=server.url, pid=os.getpid())
+        emit("started", replica=manager.name, url=server.url, pid=os.getpid())
         wait_for_shutdown()
-    _emit("stopped")
+    emit("stopped")
 
 
 def replica_main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tenure.demo_replicas", description="one demo replica")
+    parser = argparse.ArgumentParser(prog="python -m tenure.testing.replicas", description="one demo replica")
     parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
     parser.add_argument("--name", required=True)
     parser.add_argument("--host", default="127.0.0.1")
@@ -120,15 +87,6 @@ def replica_main(argv: list[str] | None = None) -> None:
     )
 
 
-# -- processes: replicas, HAProxy, a client --------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class ReplicaSettings:
     interval: float = 0.5
@@ -145,7 +103,7 @@ class ReplicaSettings:
 
 
 class ReplicaProcess(ChildProcess):
-    """A demo replica (python -m tenure.demo_replicas) as a child process."""
+    """A demo replica (python -m tenure.testing.replicas) as a child process."""
 
     def __init__(
         self, conninfo: str, name: str, log_path: Path, *, settings: ReplicaSettings, port: int | None = None
@@ -156,7 +114,7 @@ class ReplicaProcess(ChildProcess):
             [
                 sys.executable,
                 "-m",
-                "tenure.demo_replicas",
+                "tenure.testing.replicas",
                 "--db",
                 conninfo,
                 "--name",
@@ -191,58 +149,6 @@ class ReplicaProcess(ChildProcess):
             return error.code
         except OSError:
             return 0
-
-
-class HAProxy:
-    """Debian's haproxy on loopback in front of the replicas, checking ``/health/active``."""
-
-    def __init__(self, backends: list[tuple[str, int]], workdir: Path, *, check_interval: float) -> None:
-        self.port = free_port()
-        millis = max(10, int(check_interval * 1000))
-        servers = "\n".join(
-            f"    server {name} 127.0.0.1:{port} check inter {millis} fall 1 rise 1"
-            for name, port in backends
-        )
-        # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (to
-        # a replica just killed, not yet marked down): on loopback 100 ms is plenty.
-        self.config = workdir / "haproxy.cfg"
-        self.config.write_text(
-            f"""global
-    maxconn 512
-defaults
-    mode http
-    timeout connect 100ms
-    timeout client 10s
-    timeout server 1s
-    timeout check {millis}ms
-    retries 1
-    option redispatch
-frontend replicas
-    bind 127.0.0.1:{self.port}
-    default_backend replicas
-backend replicas
-    option httpchk GET /health/active
-    http-check expect status 200
-{servers}
-"""
-        )
-        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        self.process = ChildProcess([binary, "-db", "-f", str(self.config)], workdir / "haproxy.log")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def __enter__(self) -> HAProxy:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 @dataclass(frozen=True)
@@ -316,9 +222,6 @@ class Client:
     def failed_between(self, start: float, end: float) -> int:
         """Requests answered (or given up) from ``start`` to ``end`` that failed."""
         return sum(1 for a in list(self.answers) if start <= a.done < end and a.status != 200)
-
-
-# -- checking the records ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -401,9 +304,6 @@ def check_replica_records(
     return problems
 
 
-# -- the demo ------------------------------------------------------------------------
-
-
 def active_replica(replicas: list[ReplicaProcess], admin: psycopg.Connection[Any]) -> ReplicaProcess | None:
     holder = Driver(admin).replica_holder()
     if holder is None or holder.replica is None:
@@ -421,91 +321,6 @@ def wait_for_active(
             return found
         time.sleep(0.02)
     raise TimeoutError("no active replica within 30 s")
-
-
-def run_replica_demo(
-    admin_conninfo: str, *, workdir: Path, settings: ReplicaSettings | None = None, out: IO[str] | None = None
-) -> bool:
-    """Three replicas behind HAProxy, a client, the active replica SIGKILLed; True when every check held."""
-    out = out or sys.stdout
-    settings = settings or ReplicaSettings()
-    conninfo = setup_replicas(admin_conninfo)
-    admin = psycopg.connect(admin_conninfo, autocommit=True)
-    print(
-        f"\ntenure demo, replicas: 3 replicas of a small HTTP service behind HAProxy, one active; "
-        f"acquisition and ping every {settings.interval} s, idle_session_timeout {settings.idle_timeout} s, "
-        f"grace {settings.grace} s, health check every {settings.check_interval} s",
-        file=out,
-    )
-    replicas = [
-        ReplicaProcess(conninfo, f"replica-{n}", workdir / f"replica-{n}.log", settings=settings)
-        for n in (1, 2, 3)
-    ]
-    try:
-        with HAProxy(
-            [(r.name, r.port) for r in replicas], workdir, check_interval=settings.check_interval
-        ) as haproxy:
-            first = wait_for_active(replicas, admin)
-            client = Client(haproxy.url).start()
-            client.wait_success_after(time.monotonic())
-            print(f"  {first.name} is active; the client writes through {haproxy.url} for 2 s", file=out)
-            time.sleep(2)
-            killed_at = time.monotonic()
-            first.signal(signal.SIGKILL)
-            print(f"  SIGKILL {first.name} (pid {first.process.pid})", file=out)
-            success = client.wait_success_after(killed_at, other_than=first.replica)
-            failed = client.failed_between(killed_at, success.done)
-            took = success.done - killed_at
-            print(
-                f"  {success.replica} answers through HAProxy {took:.3f} s after the kill "
-                f"(bound {settings.failover_bound:.2f} s: grace + 3 intervals + 2 health checks; the dead "
-                f"replica's reservation ran out first); {failed} requests failed meanwhile",
-                file=out,
-            )
-            time.sleep(2)
-            client.stop()
-    finally:
-        for replica in replicas:
-            replica.stop()
-    terms, writes = read_replica_records(admin)
-    admin.close()
-    print("\ntimeline of the lock (server clock, UTC):", file=out)
-    for t in terms:
-        count = sum(1 for w in writes if w.epoch == t.epoch)
-        print(
-            f"  epoch {t.epoch}: {t.replica:<22} pid {t.pid:<7} from {t.acquired_at:%H:%M:%S.%f} "
-            f"{count:5d} writes",
-            file=out,
-        )
-    answers = client.answers
-    accepted = sum(1 for a in answers if a.status == 200)
-    problems = check_replica_records(terms, writes, answers)
-    for problem in problems:
-        print(f"  VIOLATION: {problem}", file=out)
-    if not problems:
-        print(
-            f"checked: {accepted} of {len(answers)} requests accepted, every one recorded; all {len(writes)} "
-            "writes made by the lock holder of their epoch inside its term: never two active replicas",
-            file=out,
-        )
-    picture = plots.timeline(
-        workdir / "replicas.png",
-        title="the active replica across a SIGKILL (each lock epoch, acquired to its last accepted write)",
-        holds=[
-            (
-                t.replica,
-                t.acquired_at,
-                max((w.done_at for w in writes if w.epoch == t.epoch), default=t.acquired_at),
-                f"epoch {t.epoch}",
-            )
-            for t in terms
-        ],
-        out=out,
-    )
-    if picture is not None:
-        print(f"picture: {picture}", file=out)
-    print(f"replica logs: {workdir}", file=out)
-    return not problems
 
 
 if __name__ == "__main__":

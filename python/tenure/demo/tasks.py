@@ -22,23 +22,12 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.demo import APP_ROLE, TaskWorkerProcess, server_now, setup
 from tenure.driver import Driver
-from tenure.tasks import Complete, Processor, Release, Task, Writes
+from tenure.runtime.tasks import Complete, Processor, Release, Task, Writes
+from tenure.testing.database import server_now, setup
+from tenure.testing.tasks import TaskWorkerProcess
 
 LEASE, POLL, WAREHOUSE_WAIT, SLOW_STEP = 2.0, 0.2, 3.0, 30.0
-
-SETUP_SQL = f"""
-CREATE TABLE IF NOT EXISTS tenure_demo.ledger (
-    order_no integer     NOT NULL,
-    entry    text        NOT NULL,
-    task_id  uuid        NOT NULL,
-    epoch    bigint      NOT NULL,
-    owner    uuid        NOT NULL,
-    done_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-GRANT INSERT ON tenure_demo.ledger TO {APP_ROLE};
-"""
 
 
 def ledger(task: Task, entry: str) -> Writes:
@@ -70,7 +59,6 @@ def run_task_demo(admin_conninfo: str, *, orders: int = 5, workdir: Path, out: I
     out = out or sys.stdout
     app_conninfo = setup(admin_conninfo)
     admin = psycopg.connect(admin_conninfo, autocommit=True)
-    admin.execute(SETUP_SQL)
     driver = Driver(admin)
     print(
         f"\ntenure demo, tasks: {orders} orders, 2 workers, lease {LEASE} s, "
@@ -80,7 +68,7 @@ def run_task_demo(admin_conninfo: str, *, orders: int = 5, workdir: Path, out: I
     workers = [
         TaskWorkerProcess(
             app_conninfo,
-            "tenure.demo_tasks",
+            "tenure.demo.tasks",
             workdir / f"worker-{n}.log",
             lease=LEASE,
             poll_interval=POLL,

@@ -8,15 +8,18 @@ given as a libpq conninfo string or URL and reaches sqitch as libpq environment 
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
+from tenure.cli.common import Command
 from tenure.errors import InvalidArgument
 
 # libpq's connection parameters that have an environment variable (libpq docs, "Environment Variables").
@@ -60,12 +63,12 @@ class SqitchMissing(RuntimeError):
 
 def project_dir() -> Path:
     """The sqitch project: bundled in the installed package, else the repository of an editable install."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sqitch", here.parent.parent):
+    package = Path(__file__).resolve().parents[1]  # tenure/, from tenure/cli/deploy.py
+    for candidate in (package / "sqitch", package.parents[1]):
         if (candidate / "sqitch.plan").is_file() and (candidate / "db" / "deploy").is_dir():
             return candidate
     raise SqitchMissing(
-        f"no sqitch project next to {here}: the package was built without it. "
+        f"no sqitch project next to {package}: the package was built without it. "
         "Build the wheel from the repository (pip wheel ./python) so that it carries sqitch.plan and db/."
     )
 
@@ -101,3 +104,37 @@ def run_sqitch(conninfo: str, command: str, *options: str) -> int:
     env = sqitch_environment(conninfo)
     project = project_dir()
     return subprocess.run([sqitch, command, *options, "db:pg:"], cwd=project, env=env, check=False).returncode
+
+
+def cmd_sqitch(args: argparse.Namespace) -> int:
+    if args.command == "revert" and not args.yes and not sys.stdin.isatty():
+        # Without a terminal sqitch takes its default answer, which is yes: never revert unasked.
+        print(
+            "tenure: revert drops tenure's tables and their state; stdin is not a terminal, so nobody can "
+            "be asked: pass --yes to confirm. Nothing was changed.",
+            file=sys.stderr,
+        )
+        return 2
+    options = ["--to", args.to] if getattr(args, "to", None) else []
+    if args.command == "deploy":
+        options.append("--verify")
+    if args.command == "revert" and args.yes:
+        options.append("-y")
+    print(f"tenure: sqitch {args.command} of the project in {project_dir()}", file=sys.stderr, flush=True)
+    return run_sqitch(args.db, args.command, *options)
+
+
+def register(command: Command) -> None:
+    deploy = command(
+        "deploy",
+        "deploy (or upgrade) tenure's schema into a database with sqitch, from the project this package "
+        "carries; needs sqitch and a role that may create roles and schemas",
+    )
+    deploy.add_argument("--to", metavar="CHANGE", help="deploy up to this change or @tag (default: all)")
+    deploy.set_defaults(run=cmd_sqitch)
+    revert = command("revert", "revert tenure's schema with sqitch: to a change or @tag, or all of it")
+    revert.add_argument("--to", metavar="CHANGE", help="revert down to this change or @tag (default: all)")
+    revert.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    revert.set_defaults(run=cmd_sqitch)
+    verify = command("verify", "check with sqitch's verify scripts that tenure's schema is deployed intact")
+    verify.set_defaults(run=cmd_sqitch)

@@ -9,7 +9,7 @@
    time from the kill (server clock) to the start of the next term, against T + I.
 4. Tasks completed per second with 1, 4, 8 workers on a backlog of 100,000 and of
    1,000,000 tasks: real ``tenure task worker`` processes running a no-op processor
-   (:mod:`tenure.bench_app`), and the same SQL calls driven by pgbench, against pgbench
+   (:mod:`tenure.bench.app`), and the same SQL calls driven by pgbench, against pgbench
    running the bare SKIP LOCKED claim and complete on a plain table with the same backlog.
 5. Tasks enqueued per second, one per call and in batches, against a one-row INSERT.
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
@@ -18,7 +18,7 @@
    claim_renew + claim_take as fast as it can (one pgbench client per instance), against
    pgbench running one UPDATE that extends the expiry of the same rows on a plain table.
 8. The submission queue: batches per second end to end and fairness under a flood
-   (:mod:`tenure.bench_queue`).
+   (:mod:`tenure.bench.batches`).
 9. Replica failover: three demo replicas behind HAProxy with a client writing through it;
    the active replica SIGKILLed again and again; the time from the kill to the first
    successful request through the load balancer, against the acquisition interval plus
@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -50,18 +51,13 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.bench_queue import queue_bench
-from tenure.demo import ServiceProcess, server_now, setup, wait_for_primary
-from tenure.demo_replicas import (
-    Client,
-    HAProxy,
-    ReplicaProcess,
-    ReplicaSettings,
-    setup_replicas,
-    wait_for_active,
-)
+from tenure.bench.batches import queue_bench
 from tenure.driver import Driver
-from tenure.history import read_terms
+from tenure.testing.database import retire_keyspace, server_now, setup
+from tenure.testing.haproxy import HAProxy
+from tenure.testing.heartbeat import ServiceProcess, wait_for_primary
+from tenure.testing.history import read_terms
+from tenure.testing.replicas import Client, ReplicaProcess, ReplicaSettings, wait_for_active
 
 BASELINE_SQL = "UPDATE tenure_bench.row SET v = v + 1 WHERE id = :client_id;\n"
 OWN_TYPE_SQL = (
@@ -74,7 +70,7 @@ SHARED_TYPE_SQL = (
 
 # -- tasks --------------------------------------------------------------------------
 
-TASK_KIND = "bench"  # the kind tenure.bench_app processes
+TASK_KIND = "bench"  # the kind tenure.bench.app processes
 OWNER = "md5(:client_id::text)::uuid"  # one instance id per pgbench client
 
 # The bare queue: what one would write without tenure, with the same backlog.
@@ -258,11 +254,11 @@ def wait_started(process: subprocess.Popen[bytes], log_path: Path, *, wait: floa
 
 @contextmanager
 def task_workers(conninfo: str, count: int, *options: str, logs: Path) -> Iterator[None]:
-    """``count`` real ``tenure task worker`` processes of tenure.bench_app, one task in flight each,
+    """``count`` real ``tenure task worker`` processes of tenure.bench.app, one task in flight each,
     started before the body runs and stopped with SIGTERM when it ends, however it ends."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
-        *("--module", "tenure.bench_app", "--concurrency", "1", "--lease", "30", *options),
+        *("--module", "tenure.bench.app", "--concurrency", "1", "--lease", "30", *options),
     ]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -495,13 +491,8 @@ def claimant(n: int) -> UUID:
 def claims_clean(admin: psycopg.Connection[Any]) -> None:
     """Retire every key of the bench keyspace (their claim log goes with them) and let every
     instance leave it, including those of an earlier run that was interrupted."""
+    retire_keyspace(admin, CLAIM_KEYSPACE)
     driver = Driver(admin)
-    keys = [
-        row[0]
-        for row in admin.execute("SELECT key FROM tenure.claim_key WHERE keyspace = %s", (CLAIM_KEYSPACE,))
-    ]
-    if keys:
-        driver.claim_retire(CLAIM_KEYSPACE, keys)
     for instance in driver.claim_instances(CLAIM_KEYSPACE):
         driver.claim_release(CLAIM_KEYSPACE, instance.instance_id)
     admin.execute("TRUNCATE tenure_bench.claims_plain")
@@ -739,7 +730,7 @@ def replica_failover_times(
     admin_conninfo: str, *, trials: int, settings: ReplicaSettings, workdir: Path
 ) -> list[tuple[float, int]]:
     """(seconds from SIGKILL to the first successful request through HAProxy, failed requests) per trial."""
-    conninfo = setup_replicas(admin_conninfo)
+    conninfo = setup(admin_conninfo)
     results: list[tuple[float, int]] = []
     spawned = 0
 
@@ -800,3 +791,119 @@ def replica_failover(admin_conninfo: str, *, trials: int, workdir: Path) -> None
             f"      bound grace + 3 I + 2 checks = {settings.failover_bound:.3f} s; "
             f"{sum(t > settings.failover_bound for t in times)} of {len(times)} over it"
         )
+
+
+def _sections(text: str) -> list[str]:
+    """A comma-separated list of bench sections."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(SECTIONS)}; unknown: {','.join(unknown)}")
+    return chosen
+
+
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of positive integers, for the bench's sizes."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return counts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    about = "measure heartbeat, task and claim throughput, takeover and wake-up times against baselines"
+    parser = argparse.ArgumentParser(
+        prog="tenure bench",
+        description=about,
+        epilog="example: tenure bench --db postgresql://postgres@127.0.0.1:5432/tenure_bench --kills 20",
+    )
+    parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="length of each heartbeat and claim run (10)"
+    )
+    parser.add_argument(
+        "--clients", type=int, default=8, help="concurrent electors / pgbench clients, also for enqueue (8)"
+    )
+    parser.add_argument("--kills", type=int, default=20, help="primaries to kill for the takeover times (20)")
+    parser.add_argument(
+        "--backlogs",
+        type=_counts,
+        default=[100_000, 1_000_000],
+        help="task backlogs to complete from (100000,1000000)",
+    )
+    parser.add_argument(
+        "--task-workers",
+        type=_counts,
+        default=[1, 4, 8],
+        help="task worker processes / pgbench clients completing tasks (1,4,8)",
+    )
+    parser.add_argument(
+        "--task-seconds", type=float, default=10.0, help="length of each task completion and enqueue run (10)"
+    )
+    parser.add_argument(
+        "--enqueue-batches",
+        type=_counts,
+        default=[100, 1000],
+        help="tasks per task_enqueue_many call (100,1000)",
+    )
+    parser.add_argument(
+        "--wake-tasks", type=int, default=50, help="tasks enqueued one by one for the wake-up latency (50)"
+    )
+    parser.add_argument(
+        "--claim-keys",
+        type=_counts,
+        default=[1_000, 10_000],
+        help="keys registered for the claim renew + take cost, one run per count (1000,10000)",
+    )
+    parser.add_argument(
+        "--claim-instances",
+        type=int,
+        default=8,
+        help="instances sharing the keys, one pgbench client each (8)",
+    )
+    parser.add_argument(
+        "--queue-keys", type=_counts, default=[4, 1000], help="keys of the submission-queue runs (4,1000)"
+    )
+    parser.add_argument(
+        "--queue-batches",
+        type=int,
+        default=2000,
+        help="batches per submission-queue run, at least 4 per key (2000)",
+    )
+    parser.add_argument(
+        "--sections",
+        type=_sections,
+        default=list(SECTIONS),
+        help=f"comma-separated parts to run ({','.join(SECTIONS)})",
+    )
+    parser.add_argument(
+        "--replica-trials",
+        type=int,
+        default=20,
+        help="SIGKILLs of the active replica behind HAProxy, per setting, for the failover times (20)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_bench(
+        args.db,
+        sections=args.sections,
+        seconds=args.seconds,
+        clients=args.clients,
+        kills=args.kills,
+        backlogs=args.backlogs,
+        workers=args.task_workers,
+        task_seconds=args.task_seconds,
+        enqueue_batches=args.enqueue_batches,
+        wake_tasks=args.wake_tasks,
+        claim_keys=args.claim_keys,
+        claim_instances=args.claim_instances,
+        queue_keys=args.queue_keys,
+        queue_batches=args.queue_batches,
+        replica_trials=args.replica_trials,
+    )

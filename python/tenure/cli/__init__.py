@@ -1,0 +1,120 @@
+"""The ``tenure`` command: one module per area (``heartbeat``, ``tasks``, ``claims``,
+``batches``, ``replicas``) plus ``status`` and ``deploy``, each registering its
+commands on the shared parser; ``common`` holds what they share.
+
+``tenure demo`` and ``tenure bench`` import their packages only when run, so no other
+command loads the demos or the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+from tenure.cli import batches, claims, deploy, heartbeat, replicas, status, tasks
+from tenure.cli.common import db_option
+from tenure.cli.deploy import SqitchMissing
+from tenure.errors import TenureError
+
+EXAMPLES = {
+    "elect": "example: tenure elect --db postgresql://app@db/prod --type scheduler --interval 1 --timeout 3 "
+    "--http 127.0.0.1:8080",
+    "primary": "example: tenure primary --db postgresql://app@db/prod --type scheduler",
+    "check-primary": "example: tenure check-primary --url http://127.0.0.1:8080/primary && run-the-job",
+    "demo": "example: tenure demo --db postgresql://postgres@127.0.0.1:5432/tenure_demo",
+    "bench": "example: tenure bench --db postgresql://postgres@127.0.0.1:5432/tenure_bench --kills 20",
+    "task": "example: tenure task list --db postgresql://app@db/prod --status dead",
+    "claim": "example: tenure claim list --db postgresql://app@db/prod --keyspace services",
+    "batch": "example: tenure batch keys --db postgresql://app@db/prod --keyspace ledger --halted",
+    "status": "example: tenure status --db postgresql://app@db/prod --watch 2",
+    "deploy": "example: tenure deploy --db postgresql://postgres@db.example.org/prod",
+    "revert": "example: tenure revert --db postgresql://postgres@db.example.org/prod --to @v0.1.0 --yes",
+    "verify": "example: tenure verify --db postgresql://postgres@db.example.org/prod",
+    "replica": "example: tenure replica status --db postgresql://app@db/prod",
+}
+GROUPS = ("check-primary", "task", "claim", "batch", "replica")  # --db on their subcommands instead
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tenure.demo import run_all
+
+    workdir = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
+    ok = run_all(
+        args.db, workdir=workdir, instances=args.instances, interval=args.interval, timeout=args.timeout
+    )
+    return 0 if ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tenure.bench import main as bench
+
+    return bench(args.options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tenure",
+        description="High availability for services that share one PostgreSQL database.",
+        epilog="The database is given by --db (a conninfo string or URL), else $TENURE_DB, else the "
+        "libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime does")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
+        if name not in GROUPS:
+            db_option(sub)
+        return sub
+
+    heartbeat.register(command)
+    demo = command("demo", "run demo service instances, kill the primary, print the timeline")
+    demo.add_argument("--instances", type=int, default=3)
+    demo.add_argument("--interval", type=float, default=0.5)
+    demo.add_argument("--timeout", type=float, default=1.5)
+    demo.set_defaults(run=cmd_demo)
+    # The bench parses its own options (tenure bench --help lists them) so that its
+    # package is imported only when it runs.
+    bench = commands.add_parser(
+        "bench",
+        help="measure throughput, takeover and wake-up times against baselines (see tenure bench --help)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    bench.add_argument("options", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=cmd_bench)
+    tasks.register(command)
+    claims.register(command)
+    status.register(command)
+    batches.register(command)
+    deploy.register(command)
+    replicas.register(command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.run(args))
+    except TenureError as error:
+        print(f"tenure: {error}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as error:
+        print(f"tenure: cannot reach the database: {error}", file=sys.stderr)
+        return 2
+    except SqitchMissing as error:
+        print(f"tenure: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

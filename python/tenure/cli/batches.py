@@ -1,0 +1,168 @@
+"""``tenure batch``: configure a submission queue, enqueue, inspect and repair batches, or serve one."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+import uuid
+
+import psycopg
+
+from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.driver import Driver
+from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.shutdown import wait_for_shutdown
+
+EXAMPLES = {
+    "configure": "example: tenure batch configure --keyspace ledger --mode parallel --key po-17",
+    "enqueue": "example: tenure batch enqueue --keyspace ledger --key po-17 --payload 'price 3.00' "
+    "--state-key po-17/price",
+    "keys": "example: tenure batch keys --keyspace ledger --halted",
+    "list": "example: tenure batch list --keyspace ledger --status invalid",
+    "skip": "example: tenure batch skip --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
+    "retry": "example: tenure batch retry --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
+    "run": "example: tenure batch run --keyspace ledger --module myapp.ledger --submitters 8 --depth 2",
+}
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        if args.batch_command == "configure":
+            driver.batch_configure(
+                args.keyspace, mode=args.mode, implicit_deps=not args.no_implicit_deps, key=args.key
+            )
+            print(f"{args.keyspace}{'/' + args.key if args.key else ''}: mode {args.mode}")
+        elif args.batch_command == "enqueue":
+            payload = args.payload.encode() if args.payload is not None else sys.stdin.buffer.read()
+            batch = driver.batch_enqueue(
+                args.keyspace,
+                args.key,
+                payload,
+                state_keys=args.state_key,
+                depends_on=args.depends_on,
+                id=args.id,
+            )
+            print(f"{batch.id} {args.key} #{batch.seq} {'enqueued' if batch.created else 'already there'}")
+        elif args.batch_command == "keys":
+            rows = [r for r in driver.batch_keys(args.keyspace) if r.halted or not args.halted]
+            for r in rows:
+                age = f"oldest waiting {r.oldest_waiting_age}" if r.oldest_waiting_age is not None else ""
+                holder = str(r.claimant) if r.claimed else "unclaimed"
+                print(
+                    f"{r.keyspace}  {r.key:<20} {r.mode:<13} queued {r.queued} pending {r.pending} "
+                    f"unknown {r.unknown} invalid {r.invalid} committed {r.committed}  {holder}  {age}"
+                    f"{'  HALTED' if r.halted else ''}"
+                )
+            if args.json:
+                print(json.dumps([dataclasses.asdict(r) for r in rows], default=str, indent=2))
+        elif args.batch_command == "list":
+            batches = driver.batches(args.keyspace, key=args.key, status=args.status, limit=args.limit)
+            for b in batches:
+                print(
+                    f"{b.id}  {b.key} #{b.seq}  {b.status:<9} attempts {b.attempts}  "
+                    f"enqueued {b.enqueued_at.isoformat(timespec='seconds')}  {b.detail or ''}"
+                )
+            if args.json:
+                print(json.dumps([dataclasses.asdict(b) for b in batches], default=str, indent=2))
+        elif args.batch_command in ("skip", "retry"):
+            repair = driver.batch_skip if args.batch_command == "skip" else driver.batch_retry
+            if not repair(args.keyspace, args.id):
+                print(f"batch {args.id} is not invalid: left as it is")
+                return 1
+            print(f"batch {args.id} {'skipped' if args.batch_command == 'skip' else 'queued again'}")
+    return 0
+
+
+def cmd_batch_run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(args.module)
+    submit, status = getattr(module, "SUBMIT", None), getattr(module, "STATUS", None)
+    if not callable(submit) or not callable(status):
+        print(
+            f"tenure: module {args.module} needs SUBMIT(batch) and STATUS(batch) -> "
+            "'committed' | 'invalid' | 'unknown' | None",
+            file=sys.stderr,
+        )
+        return 2
+    pool = SubmissionPool(
+        args.db,
+        args.keyspace,
+        submit=submit,
+        status=status,
+        submitters=args.submitters,
+        depth=args.depth,
+        cycle=args.cycle,
+        expiry=args.expiry,
+        poll_interval=args.poll_interval,
+        listen=not args.no_listen,
+        name=args.name,
+    )
+    with pool, metrics_server(args.metrics, pool.metrics):
+        say(
+            f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
+            f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
+        )
+        wait_for_shutdown()
+        say("shutting down: releasing every claim")
+    say(f"stopped: {pool.submitted} submitted, {pool.skipped} skipped after losing their key")
+    return 0
+
+
+def _keyspace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keyspace", required=True, help="the queue (a claims keyspace)")
+
+
+def register(command: Command) -> None:
+    batch = command("batch", "configure a submission queue, enqueue, inspect and repair batches, or serve it")
+    batch_command = subcommands(batch, "batch_command", EXAMPLES, run=cmd_batch, options=_keyspace_option)
+
+    configure = batch_command("configure", "set the submission mode of a queue, or of one key")
+    configure.add_argument("--mode", required=True, choices=["unconstrained", "serial", "parallel"])
+    configure.add_argument("--key", help="only this key (default: the whole queue)")
+    configure.add_argument(
+        "--no-implicit-deps", action="store_true", help="an invalid batch does not halt its key"
+    )
+    batch_enqueue = batch_command("enqueue", "enqueue one batch after every earlier batch of its key")
+    batch_enqueue.add_argument("--key", required=True)
+    batch_enqueue.add_argument("--payload", help="payload text (default: read bytes from standard input)")
+    batch_enqueue.add_argument(
+        "--state-key", action="append", default=[], help="a state key it reads or writes (parallel mode)"
+    )
+    batch_enqueue.add_argument(
+        "--depends-on", action="append", type=uuid.UUID, default=[], help="id of a batch it depends on"
+    )
+    batch_enqueue.add_argument("--id", type=uuid.UUID, help="its id: enqueueing the same id twice makes one")
+    keys = batch_command("keys", "depth per key: batches per status, oldest waiting age, halted keys")
+    keys.add_argument("--halted", action="store_true", help="only keys an invalid batch halts")
+    keys.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    batch_list = batch_command("list", "list batches by key and status, in per-key order")
+    batch_list.add_argument("--key")
+    batch_list.add_argument(
+        "--status", choices=["queued", "pending", "committed", "invalid", "unknown", "skipped"]
+    )
+    batch_list.add_argument("--limit", type=int, default=100)
+    batch_list.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    skip = batch_command("skip", "let a halted key go past its invalid batch (never submitted again)")
+    skip.add_argument("id", type=uuid.UUID)
+    retry = batch_command("retry", "queue an invalid batch again, in its place in its key's order")
+    retry.add_argument("id", type=uuid.UUID)
+    batch_run = batch_command("run", "serve a queue: claim keys, submit their batches in order, resolve them")
+    batch_run.add_argument(
+        "--module", required=True, help="importable module with SUBMIT(batch) and STATUS(batch) functions"
+    )
+    batch_run.add_argument("--submitters", type=int, default=8, help="submitter threads (8)")
+    batch_run.add_argument("--depth", type=int, default=1, help="rounds per selection: 1 = one-round (1)")
+    batch_run.add_argument("--cycle", type=float, default=1.0, help="seconds between claim cycles (1)")
+    batch_run.add_argument(
+        "--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)"
+    )
+    batch_run.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls (0.2)")
+    batch_run.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
+    batch_run.add_argument("--name", help="instance name shown in pg_stat_activity")
+    batch_run.add_argument(
+        "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    batch_run.set_defaults(run=cmd_batch_run)

@@ -1,0 +1,86 @@
+"""``tenure claim``: register, retire and list keys, or hold a fair share of a keyspace."""
+
+from __future__ import annotations
+
+import argparse
+
+import psycopg
+
+from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.driver import Driver
+from tenure.runtime.claims import Claimer
+from tenure.runtime.shutdown import wait_for_shutdown
+
+EXAMPLES = {
+    "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
+    "retire": "example: tenure claim retire --keyspace services service-3",
+    "list": "example: tenure claim list --keyspace services --instances",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3",
+}
+
+
+def cmd_claim(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        if args.claim_command == "register":
+            print(f"{driver.claim_register(args.keyspace, args.keys)} keys registered in {args.keyspace}")
+        elif args.claim_command == "retire":
+            print(f"{driver.claim_retire(args.keyspace, args.keys)} keys retired from {args.keyspace}")
+        elif args.claim_command == "list":
+            if args.instances:
+                for i in driver.claim_instances(args.keyspace):
+                    state = "live" if i.live else "gone"
+                    print(
+                        f"{i.keyspace}  {i.instance_id}  {state}  holds {i.keys_held} of a fair share of "
+                        f"{i.fair_share}, renewed {i.renewed_at.isoformat(timespec='seconds')}"
+                    )
+            else:
+                for c in driver.claims(args.keyspace):
+                    holder = f"{c.claimant} epoch {c.epoch}" if c.live else f"unclaimed for {c.unclaimed_for}"
+                    print(f"{c.keyspace}  {c.key:<24} {holder}")
+    return 0
+
+
+def cmd_claim_run(args: argparse.Namespace) -> int:
+    claimer = Claimer(
+        args.db,
+        args.keyspace,
+        cycle=args.cycle,
+        expiry=args.expiry,
+        name=args.name,
+        on_gained=lambda keys: say(f"gained {len(keys)}: {', '.join(sorted(keys))}"),
+        on_lost=lambda keys: say(f"lost {len(keys)}: {', '.join(sorted(keys))}"),
+    )
+    say(
+        f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
+        f"cycle {args.cycle} s, expiry {args.expiry} s"
+    )
+    with claimer, metrics_server(args.metrics, claimer.metrics):
+        wait_for_shutdown()
+        say("shutting down: releasing every claim")
+    say("released")
+    return 0
+
+
+def register(command: Command) -> None:
+    claim = command("claim", "register, retire and list keys, or hold a fair share of them")
+    claim_command = subcommands(claim, "claim_command", EXAMPLES, run=cmd_claim)
+
+    register = claim_command("register", "register keys so instances can claim them")
+    register.add_argument("--keyspace", required=True)
+    register.add_argument("keys", nargs="+")
+    retire = claim_command("retire", "retire keys: their claims end and they can no longer be claimed")
+    retire.add_argument("--keyspace", required=True)
+    retire.add_argument("keys", nargs="+")
+    claims = claim_command("list", "list keys with their claimants, or the instances with their shares")
+    claims.add_argument("--keyspace")
+    claims.add_argument("--instances", action="store_true", help="list instances, keys held and fair share")
+    run = claim_command("run", "hold a fair share of a keyspace's keys and print gains and losses")
+    run.add_argument("--keyspace", required=True)
+    run.add_argument("--cycle", type=float, default=1.0, help="seconds between renew-and-take cycles (1)")
+    run.add_argument("--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)")
+    run.add_argument("--name", help="instance name shown in pg_stat_activity")
+    run.add_argument(
+        "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    run.set_defaults(run=cmd_claim_run)

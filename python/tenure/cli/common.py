@@ -1,0 +1,69 @@
+"""What every ``tenure`` command shares: the --db option, subcommand groups, HOST:PORT
+arguments, timestamped output and an optional metrics endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from tenure.metrics import Metrics, MetricsServer
+
+Command = Callable[[str, str], argparse.ArgumentParser]  # (name, help) -> its parser
+Run = Callable[[argparse.Namespace], int]
+
+
+def db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=os.environ.get("TENURE_DB", ""), help="conninfo or URL")
+
+
+def subcommands(
+    parent: argparse.ArgumentParser,
+    dest: str,
+    examples: dict[str, str],
+    *,
+    run: Run | None = None,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> Command:
+    """A group of subcommands under ``parent`` (``tenure task enqueue`` ...): each gets its
+    example from ``examples``, the --db option, the group's own ``options`` and, when
+    given, the group's ``run`` (a subcommand may set its own)."""
+    group = parent.add_subparsers(dest=dest, required=True, metavar=dest.upper())
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        sub = group.add_parser(name, help=help, description=help, epilog=examples[name])
+        db_option(sub)
+        if options is not None:
+            options(sub)
+        if run is not None:
+            sub.set_defaults(run=run)
+        return sub
+
+    return add
+
+
+def address(text: str) -> tuple[str, int]:
+    """HOST:PORT (or :PORT, for 127.0.0.1) for an HTTP endpoint."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 0 to 65535, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def say(message: str) -> None:
+    """One line of a long-running command's output, with the time it happened."""
+    print(f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {message}", flush=True)
+
+
+@contextmanager
+def metrics_server(address: tuple[str, int] | None, metrics: Metrics) -> Iterator[None]:
+    """Serve ``metrics`` at http://HOST:PORT/metrics while the block runs, if an address is given."""
+    if address is None:
+        yield
+        return
+    host, port = address
+    with MetricsServer(metrics, host=host, port=port) as server:
+        say(f"serving {server.url}")
+        yield

@@ -1,0 +1,171 @@
+"""``tenure task``: enqueue, list, inspect, eject, requeue and purge tasks, or run a task worker."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+import uuid
+
+import psycopg
+
+from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.driver import Driver, TaskRow
+from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.tasks import TaskWorker
+
+EXAMPLES = {
+    "enqueue": 'example: tenure task enqueue --kind email --data \'{"to": "a@example.org"}\' --delay 60 '
+    "--key order-17",
+    "list": "example: tenure task list --kind email --state waiting --due",
+    "show": "example: tenure task show 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
+    "eject": "example: tenure task eject 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a --lease 30",
+    "requeue": "example: tenure task requeue 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
+    "purge": "example: tenure task purge --older-than 604800 --include-dead",
+    "worker": "example: tenure task worker --module myapp.tasks --concurrency 8 --lease 30",
+}
+
+
+def _task_line(row: TaskRow) -> str:
+    owner = f"owner {row.owner} epoch {row.epoch}" if row.owner else f"epoch {row.epoch}"
+    when = row.next_action.isoformat(timespec="seconds") if row.next_action else "-"
+    return (
+        f"{row.id}  {row.kind:<12} {row.state:<12} {row.status:<8} next {when}  "
+        f"attempts {row.attempts}  {owner}"
+    )
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    with psycopg.connect(args.db, autocommit=True) as connection:
+        driver = Driver(connection)
+        if args.task_command == "enqueue":
+            data = json.loads(args.data) if args.data else None
+            enqueued = driver.task_enqueue(
+                args.kind,
+                data,
+                state=args.state,
+                delay=args.delay,
+                idempotency_key=args.key,
+                max_attempts=args.max_attempts,
+            )
+            print(
+                f"{enqueued.id} {'enqueued' if enqueued.created else 'already there'}, "
+                f"due {enqueued.next_action.isoformat()}"
+            )
+        elif args.task_command == "list":
+            rows = driver.tasks(
+                kind=args.kind,
+                state=args.state,
+                status=args.status,
+                owner=args.owner,
+                due=True if args.due else None,
+                limit=args.limit,
+            )
+            for row in rows:
+                print(_task_line(row))
+            if args.json:
+                print(json.dumps([dataclasses.asdict(r) for r in rows], default=str, indent=2))
+        elif args.task_command == "show":
+            found = driver.task(args.id)
+            if found is None:
+                print(f"no task {args.id}", file=sys.stderr)
+                return 3
+            print(json.dumps(dataclasses.asdict(found), default=str, indent=2))
+        elif args.task_command == "eject":
+            owner = args.owner or uuid.uuid4()
+            lease = driver.task_eject(args.id, owner, lease=args.lease)
+            if lease is None:
+                print(f"task {args.id} is finished: nothing to take over")
+                return 1
+            until = lease.lease_until.isoformat()
+            print(f"task {args.id} now held by {owner} in epoch {lease.epoch} until {until}")
+        elif args.task_command == "requeue":
+            if not driver.task_requeue(args.id, delay=args.delay):
+                print(f"task {args.id} is not dead: left as it is")
+                return 1
+            print(f"task {args.id} requeued")
+        elif args.task_command == "purge":
+            purged = driver.task_purge(older_than=args.older_than, include_dead=args.include_dead)
+            print(f"{purged} tasks purged")
+    return 0
+
+
+def cmd_task_worker(args: argparse.Namespace) -> int:
+    module = importlib.import_module(args.module)
+    processors = getattr(module, "PROCESSORS", None)
+    if not isinstance(processors, dict) or not processors:
+        print(
+            f"tenure: module {args.module} has no PROCESSORS dict of kind (or (kind, state)) -> processor",
+            file=sys.stderr,
+        )
+        return 2
+    worker = TaskWorker(
+        args.db,
+        processors,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll_interval=args.poll_interval,
+        listen=not args.no_listen,
+        shutdown_grace=args.grace,
+        name=args.name,
+    )
+    with worker, metrics_server(args.metrics, worker.metrics):
+        say(
+            f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
+            f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s"
+        )
+        wait_for_shutdown()
+        say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
+    stats = worker.stats
+    say(
+        f"stopped: {stats.acquired} acquired, {stats.completed} completed, {stats.failed} failed, "
+        f"{stats.lost} leases lost, {stats.discarded} results discarded"
+    )
+    return 0
+
+
+def register(command: Command) -> None:
+    task = command("task", "enqueue, list, inspect, eject, requeue and purge tasks, or run a task worker")
+    task_command = subcommands(task, "task_command", EXAMPLES, run=cmd_task)
+
+    enqueue = task_command("enqueue", "enqueue one task")
+    enqueue.add_argument("--kind", required=True)
+    enqueue.add_argument("--state", default="new")
+    enqueue.add_argument("--data", help="JSON data of the task")
+    enqueue.add_argument("--delay", type=float, default=0.0, help="seconds until it is due (0)")
+    enqueue.add_argument("--key", help="idempotency key: enqueueing the same key twice makes one task")
+    enqueue.add_argument("--max-attempts", type=int, default=5)
+    listing = task_command("list", "list tasks by kind, state, status, owner, due")
+    listing.add_argument("--kind")
+    listing.add_argument("--state")
+    listing.add_argument("--status", choices=["pending", "done", "dead"])
+    listing.add_argument("--owner", type=uuid.UUID)
+    listing.add_argument("--due", action="store_true", help="only tasks that can be acquired now")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    show = task_command("show", "print one task as JSON")
+    show.add_argument("id", type=uuid.UUID)
+    eject = task_command("eject", "take a task over at once; its current owner's writes are refused from now")
+    eject.add_argument("id", type=uuid.UUID)
+    eject.add_argument("--lease", type=float, default=30.0, help="seconds of the new lease (30)")
+    eject.add_argument("--owner", type=uuid.UUID, help="instance id of the new owner (a new one)")
+    requeue = task_command("requeue", "give a dead task another life")
+    requeue.add_argument("id", type=uuid.UUID)
+    requeue.add_argument("--delay", type=float, default=0.0)
+    purge = task_command("purge", "delete finished tasks older than an age")
+    purge.add_argument("--older-than", type=float, required=True, help="seconds since they finished")
+    purge.add_argument("--include-dead", action="store_true")
+    worker = task_command("worker", "run a task worker for the processors of a Python module")
+    worker.add_argument("--module", required=True, help="importable module with a PROCESSORS dict")
+    worker.add_argument("--concurrency", type=int, default=4)
+    worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds (30)")
+    worker.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls (1)")
+    worker.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
+    worker.add_argument("--grace", type=float, default=5.0, help="seconds to finish tasks on shutdown (5)")
+    worker.add_argument("--name", help="instance name shown in pg_stat_activity")
+    worker.add_argument(
+        "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    worker.set_defaults(run=cmd_task_worker)

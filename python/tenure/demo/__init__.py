@@ -1,0 +1,51 @@
+"""``tenure demo``: each area shown under a fault, on a throwaway database.
+
+This is demonstration code, not production code: it is here to show what tenure
+guarantees and to draw pictures of it, and it is fenced off from the library (the
+library never imports it; the CLI imports it only inside ``tenure demo``).
+
+The parts, in order, each in its own module and each returning True when every
+check of its own log against the database held:
+
+- ``heartbeat``: three service instances elect a primary that does fenced writes;
+  the primary is killed with SIGKILL and a follower takes over within T + I.
+- ``tasks``: a two-step order workflow on task workers; a worker is killed with a
+  task in hand and another finishes it, exactly once.
+- ``batches``: purchase orders submitted to a simulated ledger, serially per key; a
+  rejected batch halts its key until skipped; one of two instances is killed.
+- ``replicas``: three replicas behind HAProxy; the active one is killed and a
+  passive one takes over the clients.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import IO
+
+from tenure.demo.batches import run_queue_demo
+from tenure.demo.heartbeat import run_demo
+from tenure.demo.replicas import run_replica_demo
+from tenure.demo.tasks import run_task_demo
+
+
+def run_all(
+    admin_conninfo: str,
+    *,
+    workdir: Path,
+    instances: int = 3,
+    interval: float = 0.5,
+    timeout: float = 1.5,
+    out: IO[str] | None = None,
+) -> bool:
+    """Every part in turn, each even when an earlier one failed; True when all held."""
+    out = out or sys.stdout
+    results = [
+        run_demo(
+            admin_conninfo, instances=instances, interval=interval, timeout=timeout, workdir=workdir, out=out
+        ),
+        run_task_demo(admin_conninfo, workdir=workdir, out=out),
+        run_queue_demo(admin_conninfo, workdir=workdir, out=out),
+        run_replica_demo(admin_conninfo, workdir=workdir, out=out),
+    ]
+    return all(results)

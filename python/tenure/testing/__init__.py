@@ -1,0 +1,16 @@
+"""What tenure's own tests, demos and bench run on: real processes, real servers and
+checks of what clients were told against what the database kept.
+
+- ``database``: the application role and tables the demo services write to.
+- ``child``: child processes with a log file and one JSON line per event.
+- ``heartbeat``, ``tasks``, ``claims``, ``batches``, ``replicas``: a demo service per
+  area, runnable as ``python -m tenure.testing.<area>``, and its process wrapper.
+- ``history``: terms and fenced writes read back and checked (no two primaries, terms
+  only grow, every write inside its writer's term).
+- ``ledger``: the simulated gossip ledger the batch queue submits to.
+- ``haproxy``: Debian's HAProxy on loopback in front of replicas.
+- ``plots``: the PNG timelines of the demo and the bench.
+- ``sqldocs``: docs/sql-reference.md generated from the COMMENT ON texts.
+
+None of this is imported by the library; it imports the library.
+"""

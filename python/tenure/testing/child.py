@@ -1,0 +1,50 @@
+"""Child processes for tests, demos and the bench: output to a log file, one JSON line per event."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def emit(event: str, **fields: object) -> None:
+    line = {"event": event, "mono": round(time.monotonic(), 4), **fields}
+    print(json.dumps(line, default=str), flush=True)
+
+
+class ChildProcess:
+    """A child process whose output goes to a log file; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, command: list[str], log_path: Path, *, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_output(self, pattern: str, wait: float = 20.0) -> re.Match[str]:
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            found = re.search(pattern, self.output())
+            if found:
+                return found
+            time.sleep(0.05)
+        raise TimeoutError(f"process {self.process.pid} printed no {pattern!r}; output:\n{self.output()}")
+
+    def signal(self, signum: int) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
