@@ -27,7 +27,7 @@ bench: deps
 
 # docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
 docs: deps
-	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
+	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
 
 clean:
 	rm -rf .venv python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache

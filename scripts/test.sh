@@ -25,8 +25,8 @@ step "isolation specs (pg_isolation_regress): exact interleavings of the races t
 db/tests/isolation/run.sh
 
 step "docs/sql-reference.md, and the texts docs/sql.md quotes, match the COMMENT ON texts"
-.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
-.venv/bin/python -m tenure.sqldocs --db "dbname=tenure_ci" --check-quotes docs/sql.md
+.venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_ci" --check docs/sql-reference.md
+.venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_ci" --check-quotes docs/sql.md
 
 step "the life cycle without Python: psql and Node.js, as a tenure_worker login role"
 psql -X -q -d tenure_ci -c "DO \$\$ BEGIN CREATE ROLE tenure_example LOGIN IN ROLE tenure_worker;
