@@ -77,7 +77,7 @@ class TaskEnqueued:
 
 @dataclass(frozen=True)
 class TaskRow:
-    """One row of the view ``tenure.runtime.tasks``."""
+    """One row of the view ``tenure.tasks``."""
 
     id: UUID
     kind: str
@@ -491,11 +491,11 @@ class Driver:
         due: bool | None = None,
         limit: int = 100,
     ) -> list[TaskRow]:
-        """Rows of ``tenure.runtime.tasks`` matching every filter given, oldest next_action first."""
+        """Rows of ``tenure.tasks`` matching every filter given, oldest next_action first."""
         return self._rows(
             TaskRow,
             """
-            SELECT * FROM tenure.runtime.tasks
+            SELECT * FROM tenure.tasks
              WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
                AND (%(state)s::text IS NULL OR state = %(state)s)
                AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -508,7 +508,7 @@ class Driver:
         )
 
     def task(self, id: UUID) -> TaskRow | None:
-        rows = self._rows(TaskRow, "SELECT * FROM tenure.runtime.tasks WHERE id = %s", (id,))
+        rows = self._rows(TaskRow, "SELECT * FROM tenure.tasks WHERE id = %s", (id,))
         return rows[0] if rows else None
 
     def task_status(self) -> list[TaskStatus]:
