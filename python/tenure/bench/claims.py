@@ -1,0 +1,162 @@
+"""Claims: the cost of a renew + take cycle of instances holding their fair share of a
+keyspace, against one UPDATE extending the same rows of a plain table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from tenure.bench.common import growth, pgbench_run, scalar, table_state
+from tenure.driver import Driver
+from tenure.testing.database import retire_keyspace
+
+CLAIM_KEYSPACE = "tenure-bench"
+
+
+CLAIM_EXPIRY = 30.0  # seconds: longer than a run, so that only renewals keep the claims
+
+
+CLAIMANT = "md5('claim' || :client_id)::uuid"  # pgbench client n is instance md5('claim' || n)
+
+
+# What one would write without tenure: each owner's rows, and one UPDATE extending them.
+CLAIMS_PLAIN_DDL = """
+CREATE TABLE IF NOT EXISTS tenure_bench.claims_plain (
+    key        text        PRIMARY KEY,
+    owner      int         NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS claims_plain_owner ON tenure_bench.claims_plain (owner);
+"""
+
+
+# The same keys with the same owners in the same physical order as the claims settled.
+CLAIMS_PLAIN_LOAD = """
+INSERT INTO tenure_bench.claims_plain (key, owner, expires_at)
+SELECT k.key, i.n, k.expires_at
+  FROM tenure.claim_key k
+  JOIN (SELECT n, md5('claim' || n)::uuid AS id FROM generate_series(0, %(instances)s - 1) n) i
+    ON i.id = k.claimant
+ WHERE k.keyspace = %(keyspace)s
+ ORDER BY k.ctid
+"""
+
+
+CLAIMS_PLAIN_SQL = (
+    "UPDATE tenure_bench.claims_plain SET expires_at = now() + interval '30 s' WHERE owner = :client_id;\n"
+)
+
+
+# One cycle of an instance that holds its fair share: renew all, then try to take more.
+CLAIM_CYCLE_SQL = (
+    f"SELECT count(*) FROM tenure.claim_renew('{CLAIM_KEYSPACE}', {CLAIMANT}, '30 s');\n"
+    f"SELECT count(*) FROM tenure.claim_take('{CLAIM_KEYSPACE}', {CLAIMANT}, '30 s');\n"
+)
+
+
+def claimant(n: int) -> UUID:
+    """The instance id of pgbench client ``n``: md5('claim' || n)::uuid."""
+    return UUID(hashlib.md5(f"claim{n}".encode()).hexdigest())
+
+
+def claims_clean(admin: psycopg.Connection[Any]) -> None:
+    """Retire every key of the bench keyspace (their claim log goes with them) and let every
+    instance leave it, including those of an earlier run that was interrupted."""
+    retire_keyspace(admin, CLAIM_KEYSPACE)
+    driver = Driver(admin)
+    for instance in driver.claim_instances(CLAIM_KEYSPACE):
+        driver.claim_release(CLAIM_KEYSPACE, instance.instance_id)
+    admin.execute("TRUNCATE tenure_bench.claims_plain")
+
+
+def claims_settle(admin: psycopg.Connection[Any], *, keys: int, instances: int) -> dict[UUID, int]:
+    """Register ``keys`` keys and bring ``instances`` instances to their fair share with
+    claim_renew and claim_take until a whole round moves no key; the keys each holds."""
+    claims_clean(admin)
+    driver = Driver(admin)
+    driver.claim_register(CLAIM_KEYSPACE, [f"key-{n}" for n in range(1, keys + 1)])
+    ids = [claimant(n) for n in range(instances)]
+    for instance in ids:  # all live before the first take: the share is keys / instances from the start
+        driver.claim_renew(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+    for _ in range(20):
+        moved = False
+        for instance in ids:
+            renewed = driver.claim_renew(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+            taken = driver.claim_take(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)
+            moved |= any(g.change != "renewed" for g in renewed) or bool(taken)
+        if not moved:
+            break
+    held = {row.instance_id: row.keys_held for row in driver.claim_instances(CLAIM_KEYSPACE)}
+    share = math.ceil(keys / instances)
+    if sum(held.values()) != keys or max(held.values()) > share or set(held) != set(ids):
+        raise RuntimeError(f"the claims did not settle at a fair share of {share}: {held}")
+    return held
+
+
+def claims_moved(admin: psycopg.Connection[Any]) -> int:
+    """Claims granted so far in the bench keyspace: unchanged across a run = no key changed hands."""
+    return int(scalar(admin, "SELECT count(*) FROM tenure.claim_log WHERE keyspace = %s", (CLAIM_KEYSPACE,)))
+
+
+def claim_costs(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    keys: list[int],
+    instances: int,
+    seconds: float,
+    workdir: Path,
+) -> None:
+    """Cycles of claim_renew + claim_take by instances that hold their fair share, against one
+    UPDATE extending the same rows of a plain table, both tables compacted before each run."""
+    header = (
+        f"claims: {instances} instances at their fair share, one pgbench client each, {seconds:.0f} s a run;",
+        "a cycle = claim_renew (extends every claim of the caller) + claim_take (nothing to take;",
+        "skipped at once while another instance takes); baseline = one UPDATE extending the client's",
+        "rows of a plain table (key primary key, index on owner; same keys, owners and row order);",
+        "keys renewed/s = cycles/s x keys / instances; both tables compacted (VACUUM FULL) before:",
+    )
+    print("\n".join(f"  {'  ' if n else ''}{line}" for n, line in enumerate(header)))
+    print(
+        "       keys  share  run              cycles/s  keys renewed/s  latency/cycle  ratio"
+        "  renew ms  take ms  heap pages (HOT updates)"
+    )
+    for count in keys:
+        held = claims_settle(admin, keys=count, instances=instances)
+        share = max(held.values())
+        admin.execute(CLAIMS_PLAIN_LOAD, {"instances": instances, "keyspace": CLAIM_KEYSPACE})
+        for table in ("tenure.claim_key", "tenure.claim_instance", "tenure_bench.claims_plain"):
+            admin.execute(f"VACUUM FULL ANALYZE {table}")  # both compact, whatever ran before
+        admin.execute("CHECKPOINT")
+        start = table_state(admin, "tenure_bench.claims_plain")
+        bare = pgbench_run(conninfo, CLAIMS_PLAIN_SQL, clients=instances, seconds=seconds, workdir=workdir)
+        bare_growth = growth(start, table_state(admin, "tenure_bench.claims_plain"))
+        granted = claims_moved(admin)
+        start = table_state(admin, "tenure.claim_key")
+        cycle = pgbench_run(
+            conninfo, CLAIM_CYCLE_SQL, clients=instances, seconds=seconds, workdir=workdir, per_command=True
+        )
+        cycle_growth = growth(start, table_state(admin, "tenure.claim_key"))
+        settled = {row.instance_id: row.keys_held for row in Driver(admin).claim_instances(CLAIM_KEYSPACE)}
+        renew_ms, take_ms = cycle.statement_ms[:2] if len(cycle.statement_ms) >= 2 else (math.nan, math.nan)
+        per_cycle = count / instances  # keys renewed per cycle, on average over the clients
+        lead = f"    {count:7,d}  {share:5,d}"
+        print(
+            f"{lead}  baseline UPDATE  {bare.tps:8.0f}  {bare.tps * per_cycle:12,.0f}/s"
+            f"  {bare.latency_ms:10.2f} ms   1.00                     {bare_growth}"
+        )
+        print(
+            f"{lead}  renew + take     {cycle.tps:8.0f}  {cycle.tps * per_cycle:12,.0f}/s"
+            f"  {cycle.latency_ms:10.2f} ms  {cycle.tps / bare.tps:5.2f}  {renew_ms:8.2f} {take_ms:8.2f}"
+            f"  {cycle_growth}",
+            flush=True,
+        )
+        if claims_moved(admin) != granted or settled != held:
+            print(f"    (keys changed hands during the run, so the figure is void: {held} -> {settled})")
+    claims_clean(admin)

@@ -1,0 +1,101 @@
+"""What the bench's sections share: pgbench runs, percentiles, table sizes."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class PgbenchResult:
+    tps: float  # scripts run per second, without the connection time
+    latency_ms: float  # pgbench's latency average: one script, all its statements
+    statement_ms: list[float]  # the average of each statement, with per_command only
+
+
+def pgbench_run(
+    conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path, per_command: bool = False
+) -> PgbenchResult:
+    path = workdir / f"script-{abs(hash(script))}.sql"
+    path.write_text(script)
+    pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+    command = [
+        pgbench,
+        "--no-vacuum",
+        "--client",
+        str(clients),
+        "--jobs",
+        str(min(clients, os.cpu_count() or 1)),
+        "--time",
+        str(max(1, round(seconds))),
+        "--file",
+        str(path),
+    ]
+    if per_command:
+        command.append("--report-per-command")
+    if conninfo:
+        command.append(conninfo)
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", result.stdout)
+    latency = re.search(r"latency average = ([0-9.]+) ms", result.stdout)
+    if tps is None or latency is None:
+        raise RuntimeError(f"pgbench printed no tps or latency:\n{result.stdout}\n{result.stderr}")
+    _, _, per_statement = result.stdout.partition("statement latencies in milliseconds")
+    statement_ms = [float(m) for m in re.findall(r"^\s+([0-9.]+)\s", per_statement, re.MULTILINE)]
+    return PgbenchResult(float(tps.group(1)), float(latency.group(1)), statement_ms)
+
+
+def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path) -> float:
+    return pgbench_run(conninfo, script, clients=clients, seconds=seconds, workdir=workdir).tps
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+def scalar(connection: psycopg.Connection[Any], query: str, params: tuple[object, ...] = ()) -> Any:
+    row = connection.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@dataclass(frozen=True)
+class TableState:
+    pages: int
+    updates: int
+    hot_updates: int
+
+
+def table_state(admin: psycopg.Connection[Any], table: str) -> TableState:
+    """Heap pages of ``table`` and its updates so far, all and HOT, once the statistics of the
+    backends that ended (pgbench's) have stopped arriving."""
+    query = (
+        "SELECT pg_relation_size(relid) / current_setting('block_size')::int, n_tup_upd, n_tup_hot_upd "
+        "FROM pg_stat_all_tables WHERE relid = %s::regclass"
+    )
+    row = None
+    for _ in range(30):
+        new = admin.execute(query, (table,)).fetchone()
+        if new == row:
+            break
+        row = new
+        time.sleep(0.1)
+    assert row is not None
+    return TableState(*(int(value) for value in row))
+
+
+def growth(before: TableState, after: TableState) -> str:
+    updates = after.updates - before.updates
+    hot = 100 * (after.hot_updates - before.hot_updates) / updates if updates else 0.0
+    return f"{before.pages:,} -> {after.pages:,} ({hot:.0f}%)"

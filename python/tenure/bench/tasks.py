@@ -1,0 +1,318 @@
+"""Tasks: completions per second by real worker processes and through SQL alone, against
+the bare SKIP LOCKED claim and complete on a plain table; enqueues per second against a
+one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tenure.bench.common import percentile, pgbench_tps, scalar
+from tenure.driver import Driver
+from tenure.testing.database import server_now
+
+TASK_KIND = "bench"  # the kind tenure.bench.app processes
+
+
+OWNER = "md5(:client_id::text)::uuid"  # one instance id per pgbench client
+
+
+# The bare queue: what one would write without tenure, with the same backlog.
+JOBS_DDL = """
+CREATE TABLE IF NOT EXISTS tenure_bench.jobs (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    due          timestamptz NOT NULL,
+    leased_until timestamptz NOT NULL DEFAULT '-infinity',
+    owner        uuid,
+    done         boolean     NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON tenure_bench.jobs (due) WHERE NOT done;
+"""
+
+
+# A backlog of %(size)s tasks due 1 ms apart, oldest first, loaded by one INSERT ... SELECT
+# as the superuser (tenure.task with the columns task_enqueue would set).
+LOAD_SQL = {
+    "tenure.task": "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action) "
+    "SELECT %(kind)s, 'new', now(), now(), now(), now() - g * interval '1 ms' "
+    "FROM generate_series(%(size)s, 1, -1) g",
+    "tenure_bench.jobs": "INSERT INTO tenure_bench.jobs (due) "
+    "SELECT now() - g * interval '1 ms' FROM generate_series(%(size)s, 1, -1) g",
+}
+
+
+UNDONE = {"tenure.task": "status = 'pending'", "tenure_bench.jobs": "NOT done"}
+
+
+# Claim and complete as two transactions, like a worker: the claim commits before the work.
+# An empty claim (backlog ran out) completes nothing instead of aborting the client.
+BARE_CLAIM_SQL = f"""\
+WITH claimed AS (
+    UPDATE tenure_bench.jobs SET owner = {OWNER}, leased_until = now() + interval '30 s'
+     WHERE id = (SELECT id FROM tenure_bench.jobs WHERE NOT done AND leased_until <= now()
+                  ORDER BY due LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING id)
+SELECT coalesce(max(id), 0) AS id FROM claimed \\gset
+\\if :id
+UPDATE tenure_bench.jobs SET done = true, owner = NULL WHERE id = :id AND owner = {OWNER};
+\\endif
+"""
+
+
+# The calls a task worker makes (kinds included), without the Python runtime.
+TENURE_CLAIM_SQL = f"""\
+SELECT coalesce(max(id::text), '') AS id, coalesce(max(epoch), 0) AS epoch
+  FROM tenure.task_acquire({OWNER}, '30 s', 1, ARRAY['{TASK_KIND}']) \\gset
+\\if :epoch
+SELECT tenure.task_complete(':id', {OWNER}, :epoch);
+\\endif
+"""
+
+
+CLAIM_RUNS = {  # how -> (table, pgbench script or None for worker processes)
+    "bare": ("tenure_bench.jobs", BARE_CLAIM_SQL),
+    "sql": ("tenure.task", TENURE_CLAIM_SQL),
+    "workers": ("tenure.task", None),
+}
+
+
+ENQUEUE_BASELINE_SQL = "INSERT INTO tenure_bench.jobs (due) VALUES (now());\n"
+
+
+ENQUEUE_ONE_SQL = f"SELECT * FROM tenure.task_enqueue('{TASK_KIND}');\n"
+
+
+def enqueue_many_sql(batch: int) -> str:
+    tasks = json.dumps([{"kind": TASK_KIND}] * batch)
+    return f"SELECT * FROM tenure.task_enqueue_many('{tasks}');\n"
+
+
+WARM_UP = 1.0  # seconds between the workers' start and the measurement
+
+
+def clean(admin: psycopg.Connection[Any]) -> None:
+    """Remove every task, lease and job an earlier phase left."""
+    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log, tenure_bench.jobs")
+
+
+def fill(admin: psycopg.Connection[Any], table: str, size: int) -> None:
+    """Replace everything with a fresh backlog of ``size`` due rows in ``table``."""
+    clean(admin)
+    admin.execute(LOAD_SQL[table], {"kind": TASK_KIND, "size": size})
+    admin.execute(f"VACUUM ANALYZE {table}")
+    admin.execute("CHECKPOINT")  # the load's checkpoint is not to land in the measurement
+
+
+def wait_started(process: subprocess.Popen[bytes], log_path: Path, *, wait: float = 30.0) -> None:
+    end = time.monotonic() + wait
+    while " started: " not in log_path.read_text():
+        if process.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"task worker {process.pid} did not start:\n{log_path.read_text()}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def task_workers(conninfo: str, count: int, *options: str, logs: Path) -> Iterator[None]:
+    """``count`` real ``tenure task worker`` processes of tenure.bench.app, one task in flight each,
+    started before the body runs and stopped with SIGTERM when it ends, however it ends."""
+    command = [
+        *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
+        *("--module", "tenure.bench.app", "--concurrency", "1", "--lease", "30", *options),
+    ]
+    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for n in range(1, count + 1):
+            log_path = logs.with_name(f"{logs.name}-{n}.log")
+            with open(log_path, "wb") as log:
+                processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log_path))
+        for process, log_path in processes:
+            wait_started(process, log_path)
+        yield
+    finally:
+        for process, _ in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process, _ in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def worker_rate(
+    admin: psycopg.Connection[Any], conninfo: str, *, workers: int, seconds: float, logs: Path
+) -> float:
+    """Tasks the workers finished per second in a window after warm-up, by the server's clock."""
+    with task_workers(conninfo, workers, "--poll-interval", "0.05", logs=logs):
+        time.sleep(WARM_UP)
+        start = server_now(admin)
+        time.sleep(seconds)
+    end = start + timedelta(seconds=seconds)
+    finished = scalar(
+        admin, "SELECT count(*) FROM tenure.task WHERE finished_at >= %s AND finished_at < %s", (start, end)
+    )
+    return int(finished) / seconds
+
+
+def completion_rate(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    how: str,
+    *,
+    backlog: int,
+    clients: int,
+    seconds: float,
+    workdir: Path,
+) -> float:
+    """Tasks claimed and completed per second on a fresh backlog, the way ``how`` names."""
+    table, script = CLAIM_RUNS[how]
+    fill(admin, table, backlog)
+    if script is None:
+        logs = workdir / f"workers-{backlog}-{clients}"
+        rate = worker_rate(admin, conninfo, workers=clients, seconds=seconds, logs=logs)
+    else:
+        rate = pgbench_tps(conninfo, script, clients=clients, seconds=seconds, workdir=workdir)
+    if not scalar(admin, f"SELECT EXISTS (SELECT FROM {table} WHERE {UNDONE[table]})"):
+        print(f"    ({how}, {clients} clients: the backlog ran out, so the figure is void: raise --backlogs)")
+    return rate
+
+
+def task_throughput(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    backlog: int,
+    workers: list[int],
+    seconds: float,
+    workdir: Path,
+) -> None:
+    print(
+        f"  tasks completed per second (acquire + complete, no-op processor), backlog {backlog:,} "
+        f"(INSERT ... SELECT generate_series), {seconds:.0f} s per run:"
+    )
+    print("    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   tenure task workers")
+    for count in workers:
+        bare, sql, processes = (
+            completion_rate(
+                admin, conninfo, how, backlog=backlog, clients=count, seconds=seconds, workdir=workdir
+            )
+            for how in CLAIM_RUNS
+        )
+        print(
+            f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
+            f"    {processes:8.0f} /s   {processes / bare:.2f}",
+            flush=True,
+        )
+
+
+def enqueue_rates(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    clients: int,
+    seconds: float,
+    batches: list[int],
+    backlog: int,
+    workdir: Path,
+) -> None:
+    """Enqueue onto an analyzed backlog: on a freshly emptied table, plans cached before
+    autoanalyze catches up scan the growing table, which is not the steady state."""
+    runs = [
+        ("baseline  pgbench one-row INSERT into a plain table", "tenure_bench.jobs", ENQUEUE_BASELINE_SQL, 1),
+        ("task_enqueue, one task per transaction", "tenure.task", ENQUEUE_ONE_SQL, 1),
+        *(
+            (f"task_enqueue_many, {batch} tasks per call", "tenure.task", enqueue_many_sql(batch), batch)
+            for batch in batches
+        ),
+    ]
+    print(
+        f"  tasks enqueued per second onto a backlog of {backlog:,}, {clients} pgbench clients, "
+        f"{seconds:.0f} s per run:"
+    )
+    baseline = 0.0
+    for label, table, script, per_call in runs:
+        fill(admin, table, backlog)
+        rate = per_call * pgbench_tps(conninfo, script, clients=clients, seconds=seconds, workdir=workdir)
+        baseline = baseline or rate
+        print(f"    {label:<52} {rate:10.0f} /s   {rate / baseline:.2f}", flush=True)
+
+
+def spaced(count: int) -> Iterator[int]:
+    """0 .. count - 1, each after a random pause of 50-200 ms."""
+    rng = random.Random()
+    for n in range(count):
+        time.sleep(rng.uniform(0.05, 0.2))
+        yield n
+
+
+def notify_latencies(conninfo: str, *, count: int) -> list[float]:
+    """Bare LISTEN/NOTIFY: from pg_notify to the listener's next statement, by the server's clock."""
+    latencies = []
+    with (
+        psycopg.connect(conninfo, autocommit=True) as listener,
+        psycopg.connect(conninfo, autocommit=True) as sender,
+    ):
+        listener.execute("LISTEN tenure_bench")
+        for _ in spaced(count):
+            sender.execute("SELECT pg_notify('tenure_bench', clock_timestamp()::text)")
+            (notify,) = listener.notifies(timeout=5, stop_after=1)  # the generator holds the connection
+            query = "SELECT extract(epoch FROM clock_timestamp() - %s::timestamptz)::float8"
+            latencies.append(float(scalar(listener, query, (notify.payload,))))
+    return latencies
+
+
+def wake_latencies(
+    admin: psycopg.Connection[Any], conninfo: str, *, listen: bool, poll: float, tasks: int, workdir: Path
+) -> list[float]:
+    """From enqueue (created_at) to the start of the first lease (leased_at) with one idle worker."""
+    clean(admin)
+    options = ["--poll-interval", str(poll), *([] if listen else ["--no-listen"])]
+    with task_workers(conninfo, 1, *options, logs=workdir / f"wake-{'listen' if listen else 'poll'}"):
+        time.sleep(WARM_UP)  # idle: listening, and past its first poll
+        for _ in spaced(tasks):
+            Driver(admin).task_enqueue(TASK_KIND)
+        end = time.monotonic() + poll + 10
+        while scalar(admin, "SELECT EXISTS (SELECT FROM tenure.task WHERE status = 'pending')"):
+            if time.monotonic() > end:
+                raise TimeoutError(f"the worker left tasks unfinished; log: {workdir}")
+            time.sleep(0.05)
+    rows = admin.execute(
+        "SELECT extract(epoch FROM l.leased_at - t.created_at)::float8 FROM tenure.task t "
+        "JOIN tenure.task_lease_log l ON l.task_id = t.id AND l.epoch = 1"
+    ).fetchall()
+    return [float(row[0]) for row in rows]
+
+
+def wake_latency(admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, workdir: Path) -> None:
+    poll = 1.0
+    bare = notify_latencies(conninfo, count=tasks)
+    on = wake_latencies(admin, conninfo, listen=True, poll=poll, tasks=tasks, workdir=workdir)
+    off = wake_latencies(admin, conninfo, listen=False, poll=poll, tasks=tasks, workdir=workdir)
+    print(
+        f"  wake-up latency from enqueue to lease (server clock), one idle worker polling every {poll:g} s, "
+        f"{len(on)} tasks 50-200 ms apart:"
+    )
+
+    def line(label: str, values: list[float], ref50: float, ref99: float) -> None:
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        print(
+            f"    {label:<52} p50 {p50 * 1000:7.1f} ms {p50 / ref50:7.2f}   "
+            f"p99 {p99 * 1000:7.1f} ms {p99 / ref99:7.2f}"
+        )
+
+    bare50, bare99 = percentile(bare, 50), percentile(bare, 99)
+    line("baseline  bare NOTIFY to the listener's next query", bare, bare50, bare99)
+    line("notifications on", on, bare50, bare99)
+    line("notifications off (--no-listen), ratio to the poll", off, poll, poll)
