@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tenure import Driver
-from tenure.testing.claims import ClaimerProcess
+from tenure.testing.claims import ClaimerProcess, check_claim_records
 from tenure.testing.database import server_now
 
 CYCLE, EXPIRY = 0.3, 1.0
@@ -103,24 +103,8 @@ def test_claims_with_joins_kills_and_freezes(
     for process in claimers:
         process.stop()
 
-    log = admin.execute(
-        "SELECT key, epoch, claimant, claimed_at, unclaimed_since FROM tenure.claim_log WHERE keyspace = %s "
-        "ORDER BY key, epoch",
-        (KEYSPACE,),
-    ).fetchall()
-    claims: dict[str, list[tuple[int, UUID, Any]]] = {}
-    for key, epoch, claimant, claimed_at, unclaimed_since in log:
-        claims.setdefault(key, []).append((epoch, claimant, claimed_at))
-        gap = (claimed_at - unclaimed_since).total_seconds()
-        assert gap <= EXPIRY + CYCLE, f"{key} had no claimant for {gap:.3f} s before epoch {epoch}"
     work = admin.execute(
-        "SELECT key, epoch, instance_id, done_at FROM tenure_demo.claim_work WHERE keyspace = %s", (KEYSPACE,)
-    ).fetchall()
-    assert len(work) > 100
-    for key, epoch, instance_id, done_at in work:
-        held = claims[key]
-        index = next(i for i, (e, _, _) in enumerate(held) if e == epoch)
-        assert held[index][1] == instance_id, f"work on {key} by {instance_id} in epoch {epoch} of another"
-        assert held[index][2] <= done_at
-        if index + 1 < len(held):
-            assert done_at < held[index + 1][2], f"work on {key} in epoch {epoch} after the next claim began"
+        "SELECT count(*) FROM tenure_demo.claim_work WHERE keyspace = %s", (KEYSPACE,)
+    ).fetchone()
+    assert work is not None and work[0] > 100
+    assert check_claim_records(admin, KEYSPACE, max_gap=EXPIRY + CYCLE) == []

@@ -11,6 +11,8 @@ check of its own log against the database held:
   the primary is killed with SIGKILL and a follower takes over within T + I.
 - ``tasks``: a two-step order workflow on task workers; a worker is killed with a
   task in hand and another finishes it, exactly once.
+- ``claims``: three instances share twelve keys, doing fenced work on those they
+  hold; one is killed and the others take its keys once its claims expire.
 - ``batches``: purchase orders submitted to a simulated ledger, serially per key; a
   rejected batch halts its key until skipped; one of two instances is killed.
 - ``replicas``: three replicas behind HAProxy; the active one is killed and a
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from tenure.demo.batches import run_queue_demo
+from tenure.demo.claims import run_claims_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.replicas import run_replica_demo
 from tenure.demo.tasks import run_task_demo
@@ -45,6 +48,7 @@ def run_all(
             admin_conninfo, instances=instances, interval=interval, timeout=timeout, workdir=workdir, out=out
         ),
         run_task_demo(admin_conninfo, workdir=workdir, out=out),
+        run_claims_demo(admin_conninfo, workdir=workdir, out=out),
         run_queue_demo(admin_conninfo, workdir=workdir, out=out),
         run_replica_demo(admin_conninfo, workdir=workdir, out=out),
     ]

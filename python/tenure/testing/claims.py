@@ -13,11 +13,14 @@ import os
 import random
 import sys
 import threading
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from tenure.connect import connect
 from tenure.driver import Driver
@@ -121,3 +124,50 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@dataclass(frozen=True)
+class ClaimSpan:
+    """One claim of a key from the claim log: who held it in which epoch, and from when."""
+
+    key: str
+    epoch: int
+    claimant: UUID
+    claimed_at: datetime
+    unclaimed_since: datetime
+    ended_at: datetime | None
+
+
+def read_claim_spans(admin: psycopg.Connection[Any], keyspace: str) -> list[ClaimSpan]:
+    with admin.cursor(row_factory=class_row(ClaimSpan)) as cursor:
+        cursor.execute(
+            "SELECT key, epoch, claimant, claimed_at, unclaimed_since, "
+            "lead(claimed_at) OVER (PARTITION BY key ORDER BY epoch) AS ended_at "
+            "FROM tenure.claim_log WHERE keyspace = %s ORDER BY key, epoch",
+            (keyspace,),
+        )
+        return cursor.fetchall()
+
+
+def check_claim_records(admin: psycopg.Connection[Any], keyspace: str, *, max_gap: float) -> list[str]:
+    """What the claim log and the fenced work say against each other: no key without a
+    claimant for longer than ``max_gap`` seconds, and every fenced write done by the
+    key's claimant of that epoch, after the claim began and before the next one did."""
+    spans = read_claim_spans(admin, keyspace)
+    problems = []
+    by_key: dict[str, dict[int, ClaimSpan]] = {}
+    for span in spans:
+        by_key.setdefault(span.key, {})[span.epoch] = span
+        gap = (span.claimed_at - span.unclaimed_since).total_seconds()
+        if gap > max_gap:
+            problems.append(f"{span.key} had no claimant for {gap:.3f} s before epoch {span.epoch}")
+    work = admin.execute(
+        "SELECT key, epoch, instance_id, done_at FROM tenure_demo.claim_work WHERE keyspace = %s", (keyspace,)
+    ).fetchall()
+    for key, epoch, instance_id, done_at in work:
+        held = by_key.get(key, {}).get(epoch)
+        if held is None or held.claimant != instance_id:
+            problems.append(f"work on {key} by {instance_id} in epoch {epoch}, which it did not hold")
+        elif done_at < held.claimed_at or (held.ended_at is not None and done_at >= held.ended_at):
+            problems.append(f"work on {key} in epoch {epoch} at {done_at} outside the claim")
+    return problems
