@@ -34,15 +34,25 @@ psql -X -q -d tenure_ci -c "DO \$\$ BEGIN CREATE ROLE tenure_example LOGIN IN RO
 psql -X -v ON_ERROR_STOP=1 -U tenure_example -d tenure_ci -f examples/psql/lifecycle.sql
 (cd examples/node && PGUSER=tenure_example PGDATABASE=tenure_ci node lifecycle.js)
 
+step "the Python examples (examples/python), as the same tenure_worker login role"
+# The examples create their own small tables, as an application does with its own role:
+# here in the role's own schema (first on the default search_path "$user", public).
+# tenure_worker itself grants only tenure's functions and views.
+psql -X -q -v ON_ERROR_STOP=1 -d tenure_ci -c "CREATE SCHEMA IF NOT EXISTS AUTHORIZATION tenure_example"
+for f in examples/python/*.py; do
+    echo "-- $f"
+    PGUSER=tenure_example PGDATABASE=tenure_ci timeout 60 .venv/bin/python "$f"
+done
+
 step "upgrade from the last release tag, and revert to it"
 scripts/upgrade-check.sh
 
 step "ruff"
-.venv/bin/ruff check python
-.venv/bin/ruff format --check python
+.venv/bin/ruff check python examples/python
+.venv/bin/ruff format --check python examples/python
 
 step "mypy"
-(cd python && ../.venv/bin/mypy tenure tests)
+(cd python && ../.venv/bin/mypy tenure tests ../examples/python)
 
 step "pytest"
 (cd python && ../.venv/bin/pytest ${PYTEST_ARGS:-})
