@@ -4,15 +4,19 @@ pytest-postgresql's ``postgresql_noproc`` points at the throwaway cluster that
 ``make test`` started (PGHOST/PGPORT), or, when pytest runs alone, at one this
 conftest starts with scripts/pgcluster.sh and stops at exit. The template database
 is deployed once with sqitch; each test gets a copy.
+
+:func:`harness_logs` adds a harness's logs (Patroni's, pgbouncer's) to the report of
+every test that fails while it runs.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +96,34 @@ def connect(admin_conninfo: str) -> Iterator[Any]:
     yield open_connection
     for connection in opened:
         connection.close()
+
+
+class FailureLogs:
+    """A pytest plugin that adds ``logs()`` to the report of every test that fails while it
+    is registered (see :func:`harness_logs`)."""
+
+    def __init__(self, logs: Callable[[], str], title: str) -> None:
+        self.logs = logs
+        self.title = title
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if report.failed:
+            report.sections.append((self.title, self.logs()))
+        return report
+
+
+@contextlib.contextmanager
+def harness_logs(request: pytest.FixtureRequest, logs: Callable[[], str], title: str) -> Iterator[None]:
+    """Within the block, a failing test's report carries ``logs()``; a module fixture holds it
+    for as long as its harness lives:
+
+        with PatroniCluster() as cluster, harness_logs(request, cluster.log_tails, "patroni logs"):
+            yield cluster
+    """
+    request.config.pluginmanager.register(FailureLogs(logs, title), title)
+    try:
+        yield
+    finally:
+        request.config.pluginmanager.unregister(name=title)

@@ -27,13 +27,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from patroni_cluster import FailureLogs, PatroniCluster
+from conftest import harness_logs
 
 from tenure import Driver
 from tenure.connect import Deadlines, connect, durable_transaction
 from tenure.elector import Elector
 from tenure.errors import TenureError
 from tenure.tasks import Complete, Outcome, Task, TaskWorker
+from tenure.testing.patroni import PatroniCluster
 
 pytestmark = pytest.mark.skipif(
     shutil.which("patroni") is None or shutil.which("etcd") is None,
@@ -59,14 +60,13 @@ GRANT INSERT, SELECT ON fo_writes, fo_effects TO {APP};
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
-    with PatroniCluster(clock_offsets={"n2": "+2s", "n3": "-2s"}) as cluster:
-        request.config.pluginmanager.register(FailureLogs(cluster.log_tails, "patroni logs"), "patroni logs")
-        try:
-            cluster.deploy_tenure(DB)
-            cluster.psql(None, SETUP, dbname=DB)
-            yield cluster
-        finally:
-            request.config.pluginmanager.unregister(name="patroni logs")
+    with (
+        PatroniCluster(clock_offsets={"n2": "+2s", "n3": "-2s"}) as cluster,
+        harness_logs(request, cluster.log_tails, "patroni logs"),
+    ):
+        cluster.deploy_tenure(DB)
+        cluster.psql(None, SETUP, dbname=DB)
+        yield cluster
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Smoke tests of the Patroni harness (patroni_cluster.py): one 3-node cluster for the
+"""Smoke tests of the Patroni harness (tenure.testing.patroni): one 3-node cluster for the
 module, with n3's clock 2 s ahead; each fault once, with the seconds it took printed
 (``pytest -s`` shows them)."""
 
@@ -8,11 +8,13 @@ import shutil
 import time
 from collections.abc import Iterator
 
-import procs
 import psycopg
 import pytest
-from patroni_cluster import FailureLogs, PatroniCluster
-from pgbouncer import PgBouncer
+from conftest import harness_logs
+
+from tenure.testing import procs
+from tenure.testing.patroni import PatroniCluster
+from tenure.testing.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.skipif(
     shutil.which("patroni") is None or shutil.which("etcd") is None,
@@ -24,11 +26,8 @@ pytestmark = pytest.mark.skipif(
 def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
     with PatroniCluster(clock_offsets={"n3": "+2s"}) as cluster:
         print(f"\nstartup: {cluster.startup_seconds:.1f} s")
-        request.config.pluginmanager.register(FailureLogs(cluster.log_tails, "patroni logs"), "patroni logs")
-        try:
+        with harness_logs(request, cluster.log_tails, "patroni logs"):
             yield cluster
-        finally:
-            request.config.pluginmanager.unregister(name="patroni logs")
     assert not cluster.directory.exists()
     assert not procs.processes_of(cluster.directory)
 

@@ -1,14 +1,15 @@
-"""Smoke tests of the pgbouncer harness (pgbouncer.py) in front of the tests' plain cluster."""
+"""Smoke tests of the pgbouncer harness (tenure.testing.pgbouncer) in front of the tests' plain cluster."""
 
 from __future__ import annotations
 
 import shutil
 
-import procs
 import psycopg
 import pytest
 from conftest import HOST, PORT, USER
-from pgbouncer import PgBouncer
+
+from tenure.testing import procs
+from tenure.testing.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.skipif(
     shutil.which("pgbouncer", path="/usr/sbin:/usr/bin") is None,

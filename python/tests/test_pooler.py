@@ -19,7 +19,6 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import PORT
-from pgbouncer import PgBouncer
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure import Driver
@@ -29,6 +28,7 @@ from tenure.elector import Elector
 from tenure.errors import InvalidConfiguration
 from tenure.replica import ReplicaManager
 from tenure.tasks import Complete, Task, TaskWorker
+from tenure.testing.pgbouncer import PgBouncer
 
 SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "60"))
 

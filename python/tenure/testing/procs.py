@@ -1,5 +1,6 @@
-"""Process bookkeeping for the test harnesses (Patroni cluster, pgbouncer): read /proc,
+"""Process bookkeeping for the harnesses (Patroni cluster, pgbouncer): read /proc,
 signal whole process trees, and sweep away everything a scratch directory started.
+It imports nothing but the standard library: the system python runs it as a script.
 
 PostgreSQL backends call setsid(), and Patroni starts the postmaster through a helper
 that exits, so neither process groups nor parent links from the harness reach every

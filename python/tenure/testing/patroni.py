@@ -70,18 +70,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import procs
 import psycopg
-import pytest
 from psycopg.conninfo import make_conninfo
 
+from tenure.deploy import project_dir
+from tenure.testing import procs
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-ROOT = Path(__file__).resolve().parents[2]
 SUPERUSER = "postgres"
 
 
@@ -632,8 +632,11 @@ class PatroniCluster(procs.Harness):
         with self.connect() as connection:
             connection.execute(f'CREATE DATABASE "{dbname}"'.encode())
 
-    def deploy_tenure(self, dbname: str, *, root: Path = ROOT) -> str:
-        """createdb + sqitch deploy --verify on the leader; returns the multi-host conninfo."""
+    def deploy_tenure(self, dbname: str) -> str:
+        """createdb + sqitch deploy --verify on the leader (of the sqitch project that
+        ``tenure deploy`` uses: the repository's, or the wheel's copy); returns the
+        multi-host conninfo."""
+        root = project_dir()
         self.create_database(dbname)
         leader = self.leader()
         assert leader is not None
@@ -682,22 +685,3 @@ class PatroniCluster(procs.Harness):
             yield
         finally:
             self.thaw_node(name)
-
-
-class FailureLogs:
-    """A pytest plugin that adds ``logs()`` to the report of every test that fails while it
-    is registered; a module fixture registers it for as long as its cluster lives:
-
-        request.config.pluginmanager.register(FailureLogs(cluster.log_tails), "patroni logs")
-    """
-
-    def __init__(self, logs: Callable[[], str], title: str = "harness logs") -> None:
-        self.logs = logs
-        self.title = title
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report = yield
-        if report.failed:
-            report.sections.append((self.title, self.logs()))
-        return report
