@@ -5,8 +5,10 @@ pytest-postgresql's ``postgresql_noproc`` points at the throwaway cluster that
 conftest starts with scripts/pgcluster.sh and stops at exit. The template database
 is deployed once with sqitch; each test gets a copy.
 
-:func:`harness_logs` adds a harness's logs (Patroni's, pgbouncer's) to the report of
-every test that fails while it runs.
+The tests on real engines (Patroni + etcd, pgbouncer) use the fixtures ``needs_patroni``
+and ``needs_pgbouncer``: without the programs they skip, or fail when CI is set, so a
+broken install never passes silently; :func:`harness_logs` adds a harness's logs to the
+report of every test that fails while it runs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
 from tenure.demo import setup
+from tenure.testing import patroni, procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,6 +99,28 @@ def connect(admin_conninfo: str) -> Iterator[Any]:
     yield open_connection
     for connection in opened:
         connection.close()
+
+
+def _require(*programs: str, path: str | None = None) -> None:
+    missing = procs.missing_programs(*programs, path=path)
+    if not missing:
+        return
+    message = f"{', '.join(missing)} missing: run scripts/install-deps.sh"
+    if procs.under_ci():
+        pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def needs_patroni() -> None:
+    """Skip (fail under CI) without Patroni and etcd."""
+    _require(*patroni.BINARIES)
+
+
+@pytest.fixture(scope="session")
+def needs_pgbouncer() -> None:
+    """Skip (fail under CI) without pgbouncer."""
+    _require("pgbouncer", path="/usr/sbin:/usr/bin")
 
 
 class FailureLogs:

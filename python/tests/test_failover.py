@@ -17,7 +17,6 @@ primary again within a bound after the database is writable.
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 import time
 import uuid
@@ -36,10 +35,7 @@ from tenure.errors import TenureError
 from tenure.tasks import Complete, Outcome, Task, TaskWorker
 from tenure.testing.patroni import PatroniCluster
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("patroni") is None or shutil.which("etcd") is None,
-    reason="Patroni or etcd missing: run scripts/install-deps.sh",
-)
+pytestmark = pytest.mark.usefixtures("needs_patroni")
 
 UTYPE, I, T = "fo", 0.5, 2.0
 LEASE = 3.0

@@ -4,7 +4,6 @@ module, with n3's clock 2 s ahead; each fault once, with the seconds it took pri
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -16,10 +15,7 @@ from tenure.testing import procs
 from tenure.testing.patroni import PatroniCluster
 from tenure.testing.pgbouncer import PgBouncer
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("patroni") is None or shutil.which("etcd") is None,
-    reason="Patroni or etcd missing: run scripts/install-deps.sh",
-)
+pytestmark = pytest.mark.usefixtures("needs_patroni")
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +75,7 @@ def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("off",)
 
 
+@pytest.mark.usefixtures("needs_pgbouncer")
 def test_pgbouncer_in_front_of_the_leader(cluster: PatroniCluster) -> None:
     leader = cluster.leader()
     assert leader is not None

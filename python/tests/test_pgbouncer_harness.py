@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import psycopg
 import pytest
 from conftest import HOST, PORT, USER
@@ -11,10 +9,7 @@ from conftest import HOST, PORT, USER
 from tenure.testing import procs
 from tenure.testing.pgbouncer import PgBouncer
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("pgbouncer", path="/usr/sbin:/usr/bin") is None,
-    reason="pgbouncer missing: run scripts/install-deps.sh",
-)
+pytestmark = pytest.mark.usefixtures("needs_pgbouncer")
 
 
 def test_a_query_through_transaction_pooling() -> None:

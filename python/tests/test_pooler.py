@@ -30,6 +30,8 @@ from tenure.replica import ReplicaManager
 from tenure.tasks import Complete, Task, TaskWorker
 from tenure.testing.pgbouncer import PgBouncer
 
+pytestmark = pytest.mark.usefixtures("needs_pgbouncer")
+
 SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "60"))
 
 

@@ -83,6 +83,8 @@ from tenure.testing import procs
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SUPERUSER = "postgres"
+# what the cluster runs besides PostgreSQL (Debian's patroni and etcd-server)
+BINARIES = ("patroni", "etcd")
 
 
 def _faketime_library() -> str:

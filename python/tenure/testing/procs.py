@@ -82,6 +82,16 @@ class RunAs:
             os.chown(path, self.uid, self.gid)
 
 
+def missing_programs(*names: str, path: str | None = None) -> list[str]:
+    """The names that are not found on PATH (or on path)."""
+    return [name for name in names if shutil.which(name, path=path) is None]
+
+
+def under_ci() -> bool:
+    """CI is set (as CI services set it): there a missing program fails a test instead of skipping it."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as sock:
