@@ -1,4 +1,4 @@
-"""A real Patroni cluster on loopback for failover tests: one etcd 3.4 and N Patroni 3.0.2
+"""A real Patroni cluster on loopback for failover tests and the demo: one etcd 3.4 and N Patroni 3.0.2
 nodes running PostgreSQL 15, all as the ``postgres`` user when the tests run as root.
 
     with PatroniCluster(clock_offsets={"n3": "+2s"}) as cluster:
@@ -14,7 +14,8 @@ loop_wait 2, retry_timeout 3, pg_rewind, replication slots, trust for 127.0.0.1,
 ``synchronous_mode`` and ``synchronous_mode_strict`` on unless the constructor says
 otherwise (strict: with no sync standby the leader's commits wait). fsync is off (a
 process kill never loses the page cache; only an OS crash would). Every port is chosen
-free at run time; everything lives in one scratch directory /tmp/h1-patroni-*, with the
+free at run time; everything lives in one scratch directory h1-patroni-* in /tmp (or in
+``parent``, which the ``postgres`` user must be able to enter), with the
 logs: ``etcd.log``, ``<node>/patroni.log`` (also PostgreSQL's early stderr) and
 ``<node>/pglog/postgresql.log``; :meth:`PatroniCluster.log_tails` returns their ends,
 and leaving the ``with`` block by an exception prints them to stderr.
@@ -153,6 +154,7 @@ class PatroniCluster(procs.Harness):
         parameters: dict[str, Any] | None = None,
         start_timeout: float = 120.0,
         keep_dir: bool = False,
+        parent: Path | None = None,
     ) -> None:
         self.scope = scope
         self.synchronous_mode = synchronous_mode
@@ -161,6 +163,7 @@ class PatroniCluster(procs.Harness):
         self.parameters = dict(parameters or {})
         self.start_timeout = start_timeout
         self.keep_dir = keep_dir
+        self.parent = parent or Path("/tmp")
         self.clock_offsets = dict(clock_offsets or {})
         names = [f"n{i}" for i in range(1, nodes + 1)]
         unknown = set(self.clock_offsets) - set(names)
@@ -182,7 +185,9 @@ class PatroniCluster(procs.Harness):
 
     def start(self) -> None:
         began = time.monotonic()
-        self.directory = Path(tempfile.mkdtemp(prefix="h1-patroni-", dir="/tmp"))
+        if not self._run_as.can_enter(self.parent):
+            raise RuntimeError(f"the postgres user cannot enter {self.parent} (or a directory above it)")
+        self.directory = Path(tempfile.mkdtemp(prefix="h1-patroni-", dir=self.parent))
         self.directory.chmod(0o755)
         self._run_as.own(self.directory)
         self._watchdog = procs.start_watchdog(self.directory)

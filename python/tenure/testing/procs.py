@@ -81,6 +81,17 @@ class RunAs:
         if self.root:
             os.chown(path, self.uid, self.gid)
 
+    def can_enter(self, directory: Path) -> bool:
+        """Whether the child's user may pass through directory and every one above it."""
+        if not self.root:
+            return True
+        for path in [directory.resolve(), *directory.resolve().parents]:
+            info = path.stat()
+            bit = 0o100 if info.st_uid == self.uid else 0o010 if info.st_gid == self.gid else 0o001
+            if not info.st_mode & bit:
+                return False
+        return True
+
 
 def missing_programs(*names: str, path: str | None = None) -> list[str]:
     """The names that are not found on PATH (or on path)."""
