@@ -79,6 +79,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from tenure.connect import abandon
 from tenure.deploy import project_dir
 from tenure.testing import procs
 
@@ -135,6 +136,17 @@ class Node:
     def running(self) -> bool:
         """Its Patroni was started, was not killed, and is not frozen."""
         return self.process is not None and self.process.poll() is None and not self.frozen
+
+
+def _stop_statement(connection: psycopg.Connection[Any]) -> None:
+    """Cancel the statement running on connection; if the server does not take the cancel
+    request within 1 s (a frozen server never does), shut the socket down. Never
+    ``connection.cancel()``: it waits for the server without releasing the GIL, so a
+    frozen server hangs the whole process."""
+    try:
+        connection.cancel_safe(timeout=1.0)
+    except psycopg.Error:
+        abandon(connection)
 
 
 class PatroniCluster(procs.Harness):
@@ -545,7 +557,8 @@ class PatroniCluster(procs.Harness):
 
     def write_probe(self, name: str, timeout: float = 3.0) -> bool:
         """True when a transaction commits on node ``name`` within timeout, including the wait
-        for the sync standby (a cancelled sync-rep wait counts as no commit)."""
+        for the sync standby (a cancelled sync-rep wait counts as no commit). Takes at most
+        timeout + 1 s, even when the node is frozen meanwhile."""
         warnings: list[str] = []
         try:
             connection = psycopg.connect(
@@ -555,7 +568,7 @@ class PatroniCluster(procs.Harness):
             return False
         with connection:
             connection.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
-            timer = threading.Timer(timeout, connection.cancel)
+            timer = threading.Timer(timeout, _stop_statement, [connection])
             timer.start()
             try:
                 # WAL in a transaction with an xid: its commit waits for the sync standby
