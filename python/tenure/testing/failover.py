@@ -38,6 +38,7 @@ import psycopg
 from tenure import Complete, Driver, Elector, Outcome, Task, TaskWorker, TenureError
 from tenure.connect import Deadlines, connect, durable_transaction
 from tenure.shutdown import wait_for_shutdown
+from tenure.testing import procs
 
 UTYPE, INTERVAL, TIMEOUT = "fo", 0.5, 2.0
 KIND, LEASE = "fo", 3.0
@@ -347,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--elector", action="append", default=[], help="run an elector of this name")
     parser.add_argument("--worker", action="append", default=[], help="run a task worker of this name")
     args = parser.parse_args(argv)
+    procs.die_with_parent()  # SIGTERM: stop cleanly, also when the demo itself was killed
     fleet = Fleet(args.db, ClientLog(sink=sys.stdout), electors=args.elector, workers=args.worker).start()
     print("started", flush=True)
     wait_for_shutdown()

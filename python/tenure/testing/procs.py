@@ -235,7 +235,15 @@ def sweep(
 
 
 REAPER_MARK = "procs.py --reap "
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send signum to this process when its parent dies, however it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def reaper_command(command: list[str]) -> list[str]:
