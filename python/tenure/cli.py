@@ -177,7 +177,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from tenure.demo_replicas import run_replica_demo
 
     replicas_ok = run_replica_demo(args.db, workdir=workdir)
-    return 0 if ok and tasks_ok and queue_ok and replicas_ok else 1
+    from tenure.demo_failover import run_failover_demo
+
+    failover_ok = run_failover_demo(workdir=workdir)
+    return 0 if ok and tasks_ok and queue_ok and replicas_ok and failover_ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
