@@ -157,7 +157,8 @@ def run_failover_demo(*, workdir: Path, out: IO[str] | None = None) -> bool:
     print("\ntenure demo, the database fails over under the running services:", file=out)
     missing = procs.missing_programs(*BINARIES)
     if missing:
-        print(f"  skipped: {', '.join(missing)} not installed (make deps installs them)", file=out)
+        verdict = "FAILED (CI is set, so a missing install is a failure)" if procs.under_ci() else "skipped"
+        print(f"  {verdict}: {', '.join(missing)} not installed (make deps installs them)", file=out)
         return not procs.under_ci()
     workdir.chmod(0o755)  # the cluster's scratch directory goes in it, and runs as postgres
     with PatroniCluster(parent=workdir) as cluster:
