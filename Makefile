@@ -1,6 +1,7 @@
 # make demo   the main job: three instances elect a primary, the primary is killed,
-#             a timeline shows the takeover (throwaway local PostgreSQL 15); then tasks;
-#             then three replicas behind HAProxy, the active one killed
+#             a timeline shows the takeover (throwaway local PostgreSQL 15); then tasks,
+#             claims, the batch queue, three replicas behind HAProxy (the active one killed);
+#             last, the database itself fails over under running services (3-node Patroni)
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines

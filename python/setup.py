@@ -2,7 +2,7 @@
 
 The repository's sqitch.conf, sqitch.plan and db/{deploy,revert,verify,procedures} stay the single source of
 truth; they are copied into the build tree only, so `tenure deploy` of an installed wheel can deploy them.
-An editable install finds them at the repository root instead (tenure.cli.deploy.project_dir).
+An editable install finds them at the repository root instead (tenure.deploy.project_dir).
 """
 
 from __future__ import annotations

@@ -4,15 +4,21 @@ pytest-postgresql's ``postgresql_noproc`` points at the throwaway cluster that
 ``make test`` started (PGHOST/PGPORT), or, when pytest runs alone, at one this
 conftest starts with scripts/pgcluster.sh and stops at exit. The template database
 is deployed once with sqitch; each test gets a copy.
+
+The tests on real engines (Patroni + etcd, pgbouncer) use the fixtures ``needs_patroni``
+and ``needs_pgbouncer``: without the programs they skip, or fail when CI is set, so a
+broken install never passes silently; :func:`harness_logs` adds a harness's logs to the
+report of every test that fails while it runs.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
+from tenure.testing import patroni, procs
 from tenure.testing.database import setup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +99,56 @@ def connect(admin_conninfo: str) -> Iterator[Any]:
     yield open_connection
     for connection in opened:
         connection.close()
+
+
+def _require(*programs: str, path: str | None = None) -> None:
+    missing = procs.missing_programs(*programs, path=path)
+    if not missing:
+        return
+    message = f"{', '.join(missing)} missing: run scripts/install-deps.sh"
+    if procs.under_ci():
+        pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def needs_patroni() -> None:
+    """Skip (fail under CI) without Patroni and etcd."""
+    _require(*patroni.BINARIES)
+
+
+@pytest.fixture(scope="session")
+def needs_pgbouncer() -> None:
+    """Skip (fail under CI) without pgbouncer."""
+    _require("pgbouncer", path="/usr/sbin:/usr/bin")
+
+
+class FailureLogs:
+    """A pytest plugin that adds ``logs()`` to the report of every test that fails while it
+    is registered (see :func:`harness_logs`)."""
+
+    def __init__(self, logs: Callable[[], str], title: str) -> None:
+        self.logs = logs
+        self.title = title
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if report.failed:
+            report.sections.append((self.title, self.logs()))
+        return report
+
+
+@contextlib.contextmanager
+def harness_logs(request: pytest.FixtureRequest, logs: Callable[[], str], title: str) -> Iterator[None]:
+    """Within the block, a failing test's report carries ``logs()``; a module fixture holds it
+    for as long as its harness lives:
+
+        with PatroniCluster() as cluster, harness_logs(request, cluster.log_tails, "patroni logs"):
+            yield cluster
+    """
+    request.config.pluginmanager.register(FailureLogs(logs, title), title)
+    try:
+        yield
+    finally:
+        request.config.pluginmanager.unregister(name=title)

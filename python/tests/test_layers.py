@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tenure"
-CORE = {"tenure.errors", "tenure.driver", "tenure.connect", "tenure.metrics"}
+CORE = {"tenure.errors", "tenure.driver", "tenure.connect", "tenure.metrics", "tenure.deploy"}
 MAY_IMPORT = {
     "core": {"core"},
     "runtime": {"core", "runtime"},

@@ -15,7 +15,8 @@ import pytest
 from conftest import HOST, PORT, ROOT, USER
 from psycopg.conninfo import make_conninfo
 
-from tenure.cli import deploy, main
+from tenure import deploy
+from tenure.cli import main
 
 
 @pytest.fixture

@@ -1,34 +1,29 @@
-"""Smoke tests of the Patroni harness (patroni_cluster.py): one 3-node cluster for the
+"""Smoke tests of the Patroni harness (tenure.testing.patroni): one 3-node cluster for the
 module, with n3's clock 2 s ahead; each fault once, with the seconds it took printed
 (``pytest -s`` shows them)."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 
-import procs
 import psycopg
 import pytest
-from patroni_cluster import FailureLogs, PatroniCluster
-from pgbouncer import PgBouncer
+from conftest import harness_logs
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("patroni") is None or shutil.which("etcd") is None,
-    reason="Patroni or etcd missing: run scripts/install-deps.sh",
-)
+from tenure.testing import procs
+from tenure.testing.patroni import PatroniCluster
+from tenure.testing.pgbouncer import PgBouncer
+
+pytestmark = pytest.mark.usefixtures("needs_patroni")
 
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
     with PatroniCluster(clock_offsets={"n3": "+2s"}) as cluster:
         print(f"\nstartup: {cluster.startup_seconds:.1f} s")
-        request.config.pluginmanager.register(FailureLogs(cluster.log_tails, "patroni logs"), "patroni logs")
-        try:
+        with harness_logs(request, cluster.log_tails, "patroni logs"):
             yield cluster
-        finally:
-            request.config.pluginmanager.unregister(name="patroni logs")
     assert not cluster.directory.exists()
     assert not procs.processes_of(cluster.directory)
 
@@ -80,6 +75,7 @@ def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("off",)
 
 
+@pytest.mark.usefixtures("needs_pgbouncer")
 def test_pgbouncer_in_front_of_the_leader(cluster: PatroniCluster) -> None:
     leader = cluster.leader()
     assert leader is not None

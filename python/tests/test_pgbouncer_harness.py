@@ -1,19 +1,15 @@
-"""Smoke tests of the pgbouncer harness (pgbouncer.py) in front of the tests' plain cluster."""
+"""Smoke tests of the pgbouncer harness (tenure.testing.pgbouncer) in front of the tests' plain cluster."""
 
 from __future__ import annotations
 
-import shutil
-
-import procs
 import psycopg
 import pytest
 from conftest import HOST, PORT, USER
-from pgbouncer import PgBouncer
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("pgbouncer", path="/usr/sbin:/usr/bin") is None,
-    reason="pgbouncer missing: run scripts/install-deps.sh",
-)
+from tenure.testing import procs
+from tenure.testing.pgbouncer import PgBouncer
+
+pytestmark = pytest.mark.usefixtures("needs_pgbouncer")
 
 
 def test_a_query_through_transaction_pooling() -> None:

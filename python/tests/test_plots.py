@@ -34,3 +34,21 @@ def test_timeline_throughput_and_per_key(tmp_path: Path) -> None:
 def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:
     assert plots.timeline(tmp_path / "t.png", title="t", holds=[]) is None
     assert not (tmp_path / "t.png").exists()
+
+
+def test_bands(tmp_path: Path) -> None:
+    spans = [
+        ("database", 0.0, 4.0, "timeline 1", "up"),
+        ("database", 4.0, 6.5, "", "down"),
+        ("e0", 0.5, 4.0, "term 1", "held"),
+    ]
+    picture = plots.bands(
+        tmp_path / "b.png",
+        title="b",
+        rows=["database", "e0"],
+        spans=spans,
+        colours={"up": "tab:green", "down": "tab:red", "held": "tab:orange"},
+        events=[("SIGKILL", 4.0)],
+        xlabel="seconds",
+    )
+    assert is_png(picture)

@@ -19,7 +19,6 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import PORT
-from pgbouncer import PgBouncer
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure import Driver
@@ -29,6 +28,9 @@ from tenure.runtime.claims import Claimer, Keys
 from tenure.runtime.heartbeat import Elector
 from tenure.runtime.replicas import ReplicaManager
 from tenure.runtime.tasks import Complete, Task, TaskWorker
+from tenure.testing.pgbouncer import PgBouncer
+
+pytestmark = pytest.mark.usefixtures("needs_pgbouncer")
 
 SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "60"))
 

@@ -18,7 +18,7 @@ import psycopg
 
 from tenure.cli import batches, claims, deploy, heartbeat, replicas, status, tasks
 from tenure.cli.common import db_option
-from tenure.cli.deploy import SqitchMissing
+from tenure.deploy import SqitchMissing
 from tenure.errors import TenureError
 
 EXAMPLES = {

@@ -17,6 +17,9 @@ check of its own log against the database held:
   rejected batch halts its key until skipped; one of two instances is killed.
 - ``replicas``: three replicas behind HAProxy; the active one is killed and a
   passive one takes over the clients.
+- ``failover``: the database itself fails over (a 3-node Patroni cluster: a
+  switchover, a SIGKILL and a SIGSTOP of the primary node) under electors and task
+  workers; the clients' logs are checked against the final database.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import IO
 
 from tenure.demo.batches import run_queue_demo
 from tenure.demo.claims import run_claims_demo
+from tenure.demo.failover import run_failover_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.replicas import run_replica_demo
 from tenure.demo.tasks import run_task_demo
@@ -51,5 +55,6 @@ def run_all(
         run_claims_demo(admin_conninfo, workdir=workdir, out=out),
         run_queue_demo(admin_conninfo, workdir=workdir, out=out),
         run_replica_demo(admin_conninfo, workdir=workdir, out=out),
+        run_failover_demo(workdir=workdir, out=out),
     ]
     return all(results)

@@ -8,9 +8,14 @@ checks of what clients were told against what the database kept.
 - ``history``: terms and fenced writes read back and checked (no two primaries, terms
   only grow, every write inside its writer's term).
 - ``ledger``: the simulated gossip ledger the batch queue submits to.
-- ``haproxy``: Debian's HAProxy on loopback in front of replicas.
+- ``procs``: the process bookkeeping of the harnesses (process trees, a reaper, a
+  watchdog); ``patroni``: a real 3-node Patroni cluster on loopback; ``pgbouncer``: a
+  real pgbouncer; ``haproxy``: Debian's HAProxy in front of replicas.
+- ``failover``: the fleet that runs through database failovers, its client logs and
+  the checks of them against the final database (the failover test and demo).
 - ``plots``: the PNG timelines of the demo and the bench.
 - ``sqldocs``: docs/sql-reference.md generated from the COMMENT ON texts.
 
-None of this is imported by the library; it imports the library.
+None of this is imported by the library; it imports the library. pytest is not
+needed at run time: the demo uses the harnesses too.
 """

@@ -64,6 +64,51 @@ def timeline(
     return _save(plt, fig, path)
 
 
+def bands(
+    path: Path,
+    *,
+    title: str,
+    rows: Sequence[str],
+    spans: Sequence[tuple[str, float, float, str, str]],
+    colours: Mapping[str, str],
+    events: Sequence[tuple[str, float]] = (),
+    xlabel: str,
+    out: IO[str] | None = None,
+) -> Path | None:
+    """One band per row, top to bottom: a bar per (row, start, end, label, state) in the
+    state's colour, its label written in it when it fits; vertical lines for events; a
+    legend of the states. Times are seconds."""
+    plt = _pyplot(out or sys.stdout)
+    if plt is None or not spans:
+        return None
+    right = max(end for _, _, end, _, _ in spans)
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.42 * len(rows)))
+    for row, start, end, label, state in spans:
+        y = rows.index(row)
+        ax.barh(y, end - start, left=start, height=0.6, color=colours[state])
+        if label and (end - start) / right * 950 > 5.5 * len(label):  # about 950 px wide, 5.5 px a character
+            ax.text((start + end) / 2, y, label, ha="center", va="center", fontsize=7)
+    for label, when in events:
+        ax.axvline(when, color="black", linestyle="--", linewidth=1)
+        ax.text(when, -0.45, f" {label}", fontsize=8, va="bottom")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_ylim(len(rows) - 0.5, -0.9)  # the first row on top, room for the event labels above it
+    ax.set_xlim(0, right)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
+    ax.legend(
+        handles,
+        list(colours),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18),
+        ncol=len(colours),
+        fontsize=8,
+        frameon=False,
+    )
+    return _save(plt, fig, path)
+
+
 def throughput(
     path: Path,
     *,

@@ -31,9 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import procs
 import psycopg
 from psycopg.conninfo import make_conninfo
+
+from tenure.testing import procs
 
 DEFAULT_IGNORE = "extra_float_digits,options"
 

@@ -1,5 +1,6 @@
-"""Process bookkeeping for the test harnesses (Patroni cluster, pgbouncer): read /proc,
+"""Process bookkeeping for the harnesses (Patroni cluster, pgbouncer): read /proc,
 signal whole process trees, and sweep away everything a scratch directory started.
+It imports nothing but the standard library: the system python runs it as a script.
 
 PostgreSQL backends call setsid(), and Patroni starts the postmaster through a helper
 that exits, so neither process groups nor parent links from the harness reach every
@@ -79,6 +80,27 @@ class RunAs:
     def own(self, path: Path) -> None:
         if self.root:
             os.chown(path, self.uid, self.gid)
+
+    def can_enter(self, directory: Path) -> bool:
+        """Whether the child's user may pass through directory and every one above it."""
+        if not self.root:
+            return True
+        for path in [directory.resolve(), *directory.resolve().parents]:
+            info = path.stat()
+            bit = 0o100 if info.st_uid == self.uid else 0o010 if info.st_gid == self.gid else 0o001
+            if not info.st_mode & bit:
+                return False
+        return True
+
+
+def missing_programs(*names: str, path: str | None = None) -> list[str]:
+    """The names that are not found on PATH (or on path)."""
+    return [name for name in names if shutil.which(name, path=path) is None]
+
+
+def under_ci() -> bool:
+    """CI is set (as CI services set it): there a missing program fails a test instead of skipping it."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
 def free_port() -> int:
@@ -213,7 +235,15 @@ def sweep(
 
 
 REAPER_MARK = "procs.py --reap "
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send signum to this process when its parent dies, however it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def reaper_command(command: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""A real Patroni cluster on loopback for failover tests: one etcd 3.4 and N Patroni 3.0.2
+"""A real Patroni cluster on loopback for failover tests and the demo: one etcd 3.4 and N Patroni 3.0.2
 nodes running PostgreSQL 15, all as the ``postgres`` user when the tests run as root.
 
     with PatroniCluster(clock_offsets={"n3": "+2s"}) as cluster:
@@ -14,7 +14,8 @@ loop_wait 2, retry_timeout 3, pg_rewind, replication slots, trust for 127.0.0.1,
 ``synchronous_mode`` and ``synchronous_mode_strict`` on unless the constructor says
 otherwise (strict: with no sync standby the leader's commits wait). fsync is off (a
 process kill never loses the page cache; only an OS crash would). Every port is chosen
-free at run time; everything lives in one scratch directory /tmp/h1-patroni-*, with the
+free at run time; everything lives in one scratch directory h1-patroni-* in /tmp (or in
+``parent``, which the ``postgres`` user must be able to enter), with the
 logs: ``etcd.log``, ``<node>/patroni.log`` (also PostgreSQL's early stderr) and
 ``<node>/pglog/postgresql.log``; :meth:`PatroniCluster.log_tails` returns their ends,
 and leaving the ``with`` block by an exception prints them to stderr.
@@ -70,19 +71,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import procs
 import psycopg
-import pytest
 from psycopg.conninfo import make_conninfo
 
+from tenure.connect import abandon
+from tenure.deploy import project_dir
+from tenure.testing import procs
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-ROOT = Path(__file__).resolve().parents[2]
 SUPERUSER = "postgres"
+# what the cluster runs besides PostgreSQL (Debian's patroni and etcd-server)
+BINARIES = ("patroni", "etcd")
 
 
 def _faketime_library() -> str:
@@ -134,6 +138,17 @@ class Node:
         return self.process is not None and self.process.poll() is None and not self.frozen
 
 
+def _stop_statement(connection: psycopg.Connection[Any]) -> None:
+    """Cancel the statement running on connection; if the server does not take the cancel
+    request within 1 s (a frozen server never does), shut the socket down. Never
+    ``connection.cancel()``: it waits for the server without releasing the GIL, so a
+    frozen server hangs the whole process."""
+    try:
+        connection.cancel_safe(timeout=1.0)
+    except psycopg.Error:
+        abandon(connection)
+
+
 class PatroniCluster(procs.Harness):
     """etcd + ``nodes`` Patroni members named n1, n2, ...; a context manager."""
 
@@ -151,6 +166,7 @@ class PatroniCluster(procs.Harness):
         parameters: dict[str, Any] | None = None,
         start_timeout: float = 120.0,
         keep_dir: bool = False,
+        parent: Path | None = None,
     ) -> None:
         self.scope = scope
         self.synchronous_mode = synchronous_mode
@@ -159,6 +175,7 @@ class PatroniCluster(procs.Harness):
         self.parameters = dict(parameters or {})
         self.start_timeout = start_timeout
         self.keep_dir = keep_dir
+        self.parent = parent or Path("/tmp")
         self.clock_offsets = dict(clock_offsets or {})
         names = [f"n{i}" for i in range(1, nodes + 1)]
         unknown = set(self.clock_offsets) - set(names)
@@ -180,7 +197,9 @@ class PatroniCluster(procs.Harness):
 
     def start(self) -> None:
         began = time.monotonic()
-        self.directory = Path(tempfile.mkdtemp(prefix="h1-patroni-", dir="/tmp"))
+        if not self._run_as.can_enter(self.parent):
+            raise RuntimeError(f"the postgres user cannot enter {self.parent} (or a directory above it)")
+        self.directory = Path(tempfile.mkdtemp(prefix="h1-patroni-", dir=self.parent))
         self.directory.chmod(0o755)
         self._run_as.own(self.directory)
         self._watchdog = procs.start_watchdog(self.directory)
@@ -538,7 +557,8 @@ class PatroniCluster(procs.Harness):
 
     def write_probe(self, name: str, timeout: float = 3.0) -> bool:
         """True when a transaction commits on node ``name`` within timeout, including the wait
-        for the sync standby (a cancelled sync-rep wait counts as no commit)."""
+        for the sync standby (a cancelled sync-rep wait counts as no commit). Takes at most
+        timeout + 1 s, even when the node is frozen meanwhile."""
         warnings: list[str] = []
         try:
             connection = psycopg.connect(
@@ -548,7 +568,7 @@ class PatroniCluster(procs.Harness):
             return False
         with connection:
             connection.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
-            timer = threading.Timer(timeout, connection.cancel)
+            timer = threading.Timer(timeout, _stop_statement, [connection])
             timer.start()
             try:
                 # WAL in a transaction with an xid: its commit waits for the sync standby
@@ -632,8 +652,11 @@ class PatroniCluster(procs.Harness):
         with self.connect() as connection:
             connection.execute(f'CREATE DATABASE "{dbname}"'.encode())
 
-    def deploy_tenure(self, dbname: str, *, root: Path = ROOT) -> str:
-        """createdb + sqitch deploy --verify on the leader; returns the multi-host conninfo."""
+    def deploy_tenure(self, dbname: str) -> str:
+        """createdb + sqitch deploy --verify on the leader (of the sqitch project that
+        ``tenure deploy`` uses: the repository's, or the wheel's copy); returns the
+        multi-host conninfo."""
+        root = project_dir()
         self.create_database(dbname)
         leader = self.leader()
         assert leader is not None
@@ -682,22 +705,3 @@ class PatroniCluster(procs.Harness):
             yield
         finally:
             self.thaw_node(name)
-
-
-class FailureLogs:
-    """A pytest plugin that adds ``logs()`` to the report of every test that fails while it
-    is registered; a module fixture registers it for as long as its cluster lives:
-
-        request.config.pluginmanager.register(FailureLogs(cluster.log_tails), "patroni logs")
-    """
-
-    def __init__(self, logs: Callable[[], str], title: str = "harness logs") -> None:
-        self.logs = logs
-        self.title = title
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report = yield
-        if report.failed:
-            report.sections.append((self.title, self.logs()))
-        return report

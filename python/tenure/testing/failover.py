@@ -1,0 +1,360 @@
+"""A fleet of tenure clients run through database failovers, and the checks of what they were told.
+
+The fleet: electors of one service type, each doing fenced writes (``heartbeat_fence``
+and a row in ``fo_writes``, in one durable transaction) while it believes it is
+primary, and task workers whose every step writes a row to ``fo_effects`` with the
+task's transition. Each client logs, in a :class:`ClientLog`, only what the database
+acknowledged: the terms it was granted and when it stepped down (on the monotonic
+clock, which every process of the machine shares), the fenced writes and task
+outcomes whose commit was confirmed, the leases it was handed.
+
+:func:`check` compares that log with the final database, because a lost commit
+leaves the final tables perfectly consistent: no term granted twice, no two
+instances believing they are primary at one instant, no (task, epoch) leased twice,
+no acknowledged write, outcome or enqueued task lost, every task done exactly once.
+:class:`Timing` holds what a failover cost and whether a primary came back within
+:data:`TAKEOVER_BOUND` after the database was writable again.
+
+test_failover runs a :class:`Fleet` in threads; the failover demo runs each client as
+a process (``python -m tenure.testing.failover --db CONNINFO --elector e0``) that writes
+its log as JSON lines to stdout, read back with :meth:`ClientLog.read`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, TypeVar
+
+import psycopg
+
+from tenure import Complete, Driver, Elector, Outcome, Task, TaskWorker, TenureError
+from tenure.connect import Deadlines, connect, durable_transaction
+from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.testing import procs
+
+UTYPE, INTERVAL, TIMEOUT = "fo", 0.5, 2.0
+KIND, LEASE = "fo", 3.0
+APP = "fo_app"
+# A new primary renews within I once it reaches the new server; reaching it may cost a
+# connect timeout (2 s) per host that does not answer; the old primary's entry, if it
+# died, is re-based at the first write and runs out T later.
+TAKEOVER_BOUND = TIMEOUT + 2 * INTERVAL + 2 * 2.0 + 1.0
+R = TypeVar("R")
+
+# The application role lowers synchronous_commit, a common throughput setting: tenure's
+# writes, the fenced ones included, must still wait for the synchronous standby.
+SETUP = f"""
+CREATE ROLE {APP} LOGIN IN ROLE tenure_worker;
+ALTER ROLE {APP} SET synchronous_commit = off;
+CREATE TABLE fo_writes (instance_id uuid, term bigint, seq int, PRIMARY KEY (instance_id, term, seq));
+CREATE TABLE fo_effects (task_id uuid, epoch bigint);
+GRANT INSERT, SELECT ON fo_writes, fo_effects TO {APP};
+"""
+
+# how each kind of record is read back from JSON
+_FIELDS: dict[str, tuple[Callable[[Any], Any], ...]] = {
+    "elected": (str, int, float),  # elector, term, when (monotonic)
+    "demoted": (str, float),  # elector, when
+    "writes": (uuid.UUID, int, int),  # acknowledged fenced write: instance, term, seq
+    "leases": (uuid.UUID, int, uuid.UUID),  # task, epoch, owner
+    "outcomes": (uuid.UUID, int),  # acknowledged completion: task, epoch
+}
+
+
+@dataclass
+class ClientLog:
+    """What the database told the clients, and the tasks the producer saw enqueued.
+
+    With a ``sink`` every record is also written to it as one JSON line."""
+
+    elected: list[tuple[str, int, float]] = field(default_factory=list)
+    demoted: list[tuple[str, float]] = field(default_factory=list)
+    writes: list[tuple[uuid.UUID, int, int]] = field(default_factory=list)
+    leases: list[tuple[uuid.UUID, int, uuid.UUID]] = field(default_factory=list)
+    outcomes: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+    enqueued: list[uuid.UUID] = field(default_factory=list)
+    sink: IO[str] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, *record: Any) -> None:
+        with self.lock:
+            getattr(self, kind).append(record)
+            if self.sink is not None:
+                self.sink.write(json.dumps([kind, *record], default=str) + "\n")
+                self.sink.flush()
+
+    @classmethod
+    def read(cls, lines: Iterable[str]) -> ClientLog:
+        """The records among lines (JSON lines of :meth:`add`; other lines are skipped)."""
+        log = cls()
+        for line in lines:
+            if not line.startswith('["'):
+                continue
+            kind, *values = json.loads(line)
+            log.add(kind, *(convert(value) for convert, value in zip(_FIELDS[kind], values, strict=True)))
+        return log
+
+    def enqueued_tasks(self, ids: Iterable[uuid.UUID]) -> None:
+        with self.lock:
+            self.enqueued.extend(ids)
+
+    def primary_at(self, since: float) -> tuple[float, int] | None:
+        """When the first instance was elected after ``since`` (monotonic), and its term."""
+        with self.lock:
+            found = [(at, term) for _, term, at in self.elected if at >= since]
+        return min(found) if found else None
+
+    def primacy(self, until: float = float("inf")) -> list[tuple[float, float, str, int]]:
+        """(start, end, elector, term) of every believed primacy: from on_elected to the
+        elector's next on_demoted, or ``until``."""
+        with self.lock:
+            spans = []
+            for name, term, start in self.elected:
+                ends = [at for who, at in self.demoted if who == name and at >= start]
+                spans.append((start, min(ends, default=until), name, term))
+        return sorted(spans)
+
+
+# -- the clients ----------------------------------------------------------------------
+
+
+class Session:
+    """One connection through the (multi-host) conninfo, opened again after any failure;
+    each call runs in a durable transaction that is abandoned after 2 s."""
+
+    def __init__(self, conninfo: str, name: str) -> None:
+        self.conninfo, self.name = conninfo, name
+        self.connection: psycopg.Connection[Any] | None = None
+        self.deadlines = Deadlines(name)
+
+    def run(self, body: Callable[[psycopg.Connection[Any]], R]) -> R | None:
+        """body's result once its commit is confirmed; None when anything failed."""
+        try:
+            if self.connection is None or self.connection.closed or self.connection.broken:
+                self.connection = connect(self.conninfo, application_name=self.name, deadline=1.5)
+            with self.deadlines.bounded(self.connection, 2.0), durable_transaction(self.connection):
+                return body(self.connection)
+        except (psycopg.Error, TenureError):
+            if self.connection is not None:
+                self.connection.close()
+            self.connection = None
+            return None
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.deadlines.close()
+
+
+def fenced_writes(elector: Elector, conninfo: str, log: ClientLog, stopping: threading.Event) -> None:
+    """Fenced writes while ``elector`` believes it is primary; logged once their commit is confirmed."""
+    session = Session(conninfo, f"fo writer {elector.name}")
+    for seq in itertools.count():
+        if stopping.wait(0.02):
+            break
+        term = elector.term
+        if term is None:
+            continue
+
+        def write(db: psycopg.Connection[Any], term: int = term, seq: int = seq) -> bool:
+            Driver(db).heartbeat_fence(elector.instance_id, UTYPE, term)
+            db.execute("INSERT INTO fo_writes VALUES (%s, %s, %s)", (elector.instance_id, term, seq))
+            return True
+
+        if session.run(write):
+            log.add("writes", elector.instance_id, term, seq)
+    session.close()
+
+
+def enqueue_stream(
+    conninfo: str, log: ClientLog, stopping: threading.Event, *, batch: int, every: float
+) -> None:
+    """Enqueue ``batch`` tasks every ``every`` seconds until stopping; logs the acknowledged ones."""
+    session = Session(conninfo, "fo producer")
+    while not stopping.wait(every):
+        rows = session.run(lambda db: Driver(db).task_enqueue_many([{"kind": KIND}] * batch))
+        log.enqueued_tasks(row.id for row in rows or [])
+    session.close()
+
+
+class AckingWorker(TaskWorker):
+    """A task worker that logs each lease it is handed and each outcome the database confirmed."""
+
+    def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
+        super().__init__(
+            conninfo,
+            {KIND: self._work},
+            concurrency=3,
+            lease=LEASE,
+            poll_interval=0.1,
+            name=name,
+            shutdown_grace=1.0,
+        )
+        self.log = log
+
+    def _work(self, task: Task) -> Outcome:
+        self.log.add("leases", task.id, task.epoch, self.instance_id)
+        time.sleep(0.15)
+        return Complete(
+            writes=lambda db: db.execute("INSERT INTO fo_effects VALUES (%s, %s)", (task.id, task.epoch))
+        )
+
+    def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
+        recorded = super()._apply(task, outcome, routed_away=routed_away)
+        if recorded and isinstance(outcome, Complete):
+            self.log.add("outcomes", task.id, task.epoch)
+        return recorded
+
+
+@dataclass
+class Fleet:
+    """Electors (each with a fenced writer thread) and task workers in this process."""
+
+    conninfo: str
+    log: ClientLog
+    electors: Sequence[str] = ("e0", "e1", "e2")
+    workers: Sequence[str] = ("w0", "w1")
+    stopping: threading.Event = field(default_factory=threading.Event)
+    _electors: list[Elector] = field(default_factory=list)
+    _workers: list[TaskWorker] = field(default_factory=list)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> Fleet:
+        for name in self.electors:
+            elector = Elector(
+                self.conninfo,
+                UTYPE,
+                interval=INTERVAL,
+                timeout=TIMEOUT,
+                name=name,
+                on_elected=self._on_elected(name),
+                on_demoted=self._on_demoted(name),
+            )
+            self._electors.append(elector.start())
+            thread = threading.Thread(
+                target=fenced_writes, args=(elector, self.conninfo, self.log, self.stopping), daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        for name in self.workers:
+            self._workers.append(AckingWorker(self.conninfo, self.log, name).start())
+        return self
+
+    def _on_elected(self, name: str) -> Callable[[int], None]:
+        return lambda term: self.log.add("elected", name, term, time.monotonic())
+
+    def _on_demoted(self, name: str) -> Callable[[str], None]:
+        return lambda reason: self.log.add("demoted", name, time.monotonic())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join()
+        for worker in self._workers:
+            worker.stop()
+        for elector in self._electors:
+            elector.stop()
+
+
+# -- the checks -------------------------------------------------------------------------
+
+
+def check(log: ClientLog, admin: psycopg.Connection[Any]) -> list[str]:
+    """The clients' log against the final database (``admin`` reads it); the violations found."""
+    problems = []
+    granted: dict[int, set[str]] = {}
+    for name, term, _ in log.elected:
+        granted.setdefault(term, set()).add(name)
+    twice = {term: names for term, names in granted.items() if len(names) > 1}
+    if twice:
+        problems.append(f"a term granted to two instances: {twice}")
+    if len({(name, term) for name, term, _ in log.elected}) != len(log.elected):
+        problems.append("on_elected ran twice for one term")
+    # believed primacy, on the clients' shared monotonic clock: never two at once
+    spans = log.primacy()
+    for (_, end, first, _), (start, _, second, _) in itertools.pairwise(spans):
+        if first != second and start < end:
+            problems.append(f"{first} and {second} both believed they were primary at {start:.3f}")
+    leased: dict[tuple[uuid.UUID, int], set[uuid.UUID]] = {}
+    for task, epoch, owner in log.leases:
+        leased.setdefault((task, epoch), set()).add(owner)
+    doubly = [pair for pair, owners in leased.items() if len(owners) > 1]
+    if doubly:
+        problems.append(f"{len(doubly)} (task, epoch) pairs leased to two workers")
+    writes = set(admin.execute("SELECT instance_id, term, seq FROM fo_writes").fetchall())
+    effects = admin.execute("SELECT task_id, epoch FROM fo_effects").fetchall()
+    tasks = dict(admin.execute("SELECT id, status FROM tenure.task").fetchall())
+    lost_writes = set(log.writes) - writes
+    if lost_writes:
+        problems.append(f"{len(lost_writes)} acknowledged fenced writes lost")
+    lost_outcomes = set(log.outcomes) - set(effects)
+    if lost_outcomes:
+        problems.append(f"{len(lost_outcomes)} acknowledged task outcomes lost")
+    lost_tasks = set(log.enqueued) - set(tasks)
+    if lost_tasks:
+        problems.append(f"{len(lost_tasks)} acknowledged enqueued tasks lost")
+    undone = [task for task, status in tasks.items() if status != "done"]
+    if undone:
+        problems.append(f"{len(undone)} of {len(tasks)} tasks not done")
+    if len(effects) != len({task for task, _ in effects}) or {task for task, _ in effects} != set(tasks):
+        problems.append(f"not every task's step applied exactly once: {len(effects)} for {len(tasks)} tasks")
+    if not log.writes:
+        problems.append("the primaries made no fenced write")
+    return problems
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds after a fault: until the database was writable again, until a primary was elected."""
+
+    writable: float
+    primary: float
+
+    @property
+    def takeover(self) -> float:
+        """From writable again to a primary (0 when the electors were faster than the probe)."""
+        return max(0.0, self.primary - self.writable)
+
+    @property
+    def within_bound(self) -> bool:
+        return self.takeover <= TAKEOVER_BOUND
+
+
+def wait(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` (a database error counts as not yet) until it holds or timeout passes."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if condition():
+                return True
+        except psycopg.Error:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One process of the fleet: its clients run until SIGTERM; its log goes to stdout."""
+    parser = argparse.ArgumentParser(prog="python -m tenure.testing.failover", description=main.__doc__)
+    parser.add_argument("--db", required=True, help="conninfo (multi-host, target_session_attrs=read-write)")
+    parser.add_argument("--elector", action="append", default=[], help="run an elector of this name")
+    parser.add_argument("--worker", action="append", default=[], help="run a task worker of this name")
+    args = parser.parse_args(argv)
+    procs.die_with_parent()  # SIGTERM: stop cleanly, also when the demo itself was killed
+    fleet = Fleet(args.db, ClientLog(sink=sys.stdout), electors=args.elector, workers=args.worker).start()
+    print("started", flush=True)
+    wait_for_shutdown()
+    fleet.stop()
+    print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    main()

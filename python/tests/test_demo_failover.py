@@ -1,0 +1,31 @@
+"""The failover part of ``tenure demo``, run once: a real 3-node Patroni cluster switches
+over, loses its primary node to SIGKILL and has the next one frozen, under electors and
+task workers running as processes; every check of the part holds and its picture is
+written."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from test_plots import is_png
+
+from tenure.demo.failover import run_failover_demo
+
+pytestmark = pytest.mark.usefixtures("needs_patroni")
+
+
+def test_the_database_fails_over_under_the_services() -> None:
+    # not pytest's tmp_path: the cluster's scratch goes in it and runs as postgres, which
+    # cannot enter /tmp/pytest-of-root
+    workdir = Path(tempfile.mkdtemp(prefix="tenure-test-demo-failover-"))
+    out = io.StringIO()
+    assert run_failover_demo(workdir=workdir, out=out), out.getvalue()
+    text = out.getvalue()
+    assert text.count("writable again") == 3, text
+    assert "VIOLATION" not in text
+    assert is_png(workdir / "failover.png")
+    shutil.rmtree(workdir)  # kept when the test fails
