@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     heartbeat.register(command)
-    demo = command("demo", "run demo service instances, kill the primary, print the timeline")
+    demo = command("demo", "run every part of the demo: each area under a fault, then a database failover")
     demo.add_argument("--instances", type=int, default=3)
     demo.add_argument("--interval", type=float, default=0.5)
     demo.add_argument("--timeout", type=float, default=1.5)
