@@ -5,18 +5,13 @@ pgbouncer in transaction mode)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -28,6 +23,7 @@ from tenure.driver import Driver
 from tenure.errors import InvalidConfiguration, NotPrimary
 from tenure.http.replica import ReplicaServer, active_only
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
+from tenure.testing.pgbouncer import PgBouncer
 from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 
 I = 0.2
@@ -198,57 +194,30 @@ def test_timing_is_checked() -> None:
     assert ReplicaTiming(interval=0.5, idle_timeout=1.5, grace=0).reserve is None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def pgbouncer(app_conninfo: str) -> Iterator[Callable[[str], str]]:
     """Start pgbouncer (Debian's) in a pool mode in front of the test database; returns a conninfo."""
-    started: list[subprocess.Popen[bytes]] = []
-    directory = Path(tempfile.mkdtemp(prefix="tenure-pgbouncer."))
-    os.chmod(directory, 0o777)
     params = conninfo_to_dict(app_conninfo)
+    with contextlib.ExitStack() as started:
 
-    def start(mode: str) -> str:
-        port = free_port()
-        ini = directory / f"{mode}.ini"
-        ini.write_text(
-            "[databases]\n"
-            f"* = host={params['host']} port={params['port']}\n"
-            "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
-            f"unix_socket_dir =\nauth_type = trust\nauth_file = {directory}/users.txt\n"
-            f"pool_mode = {mode}\ndefault_pool_size = 4\nlogfile = {directory}/{mode}.log\n"
-            "ignore_startup_parameters = extra_float_digits,options,statement_timeout,"
-            "idle_in_transaction_session_timeout,idle_session_timeout\n"
-        )
-        (directory / "users.txt").write_text(f'"{params["user"]}" ""\n')
-        command = ["/usr/sbin/pgbouncer", str(ini)]
-        if os.getuid() == 0:  # pgbouncer refuses to run as root
-            command = ["runuser", "-u", "postgres", "--", *command]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        started.append(process)
-        conninfo = make_conninfo(app_conninfo, host="127.0.0.1", port=port)
-        end = time.monotonic() + 10
-        while True:
-            try:
-                psycopg.connect(conninfo, connect_timeout=2).close()
-                return conninfo
-            except psycopg.OperationalError:
-                if time.monotonic() > end or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        def start(mode: str) -> str:
+            bouncer = started.enter_context(
+                PgBouncer(
+                    upstream_host=str(params["host"]),
+                    upstream_port=int(str(params["port"])),
+                    users=[str(params["user"])],
+                    pool_mode=mode,
+                    default_pool_size=4,
+                    ignore_startup_parameters="extra_float_digits,options,statement_timeout,"
+                    "idle_in_transaction_session_timeout,idle_session_timeout",
+                )
+            )
+            return bouncer.conninfo(str(params["dbname"]), user=str(params["user"]))
 
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(10)
-    shutil.rmtree(directory, ignore_errors=True)
+        yield start
 
 
+@pytest.mark.usefixtures("needs_pgbouncer")
 def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str]) -> None:
     pooled = pgbouncer("transaction")
     # What goes wrong without the check: once a's transaction ends, its server session

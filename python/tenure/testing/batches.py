@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from uuid import UUID
 
 from tenure.runtime.batches import SubmissionPool
 from tenure.runtime.shutdown import wait_for_shutdown
@@ -70,7 +69,7 @@ class QueueProcess(ChildProcess):
             ],
             log_path,
         )
-        self.instance_id = UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"').group(1))
+        self.instance_id = self.announced_instance_id()
 
 
 if __name__ == "__main__":

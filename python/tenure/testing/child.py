@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 
 def emit(event: str, **fields: object) -> None:
@@ -34,6 +36,16 @@ class ChildProcess:
                 return found
             time.sleep(0.05)
         raise TimeoutError(f"process {self.process.pid} printed no {pattern!r}; output:\n{self.output()}")
+
+    def events(self) -> list[dict[str, Any]]:
+        """Its event lines (``emit``). Other output shares the log, and may follow an event on its line."""
+        decoder = json.JSONDecoder()
+        lines = self.output().splitlines()
+        return [decoder.raw_decode(line[line.index('{"event"') :])[0] for line in lines if '{"event"' in line]
+
+    def announced_instance_id(self, wait: float = 20.0) -> UUID:
+        """The instance id its ``started`` event announces."""
+        return UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"', wait).group(1))
 
     def signal(self, signum: int) -> None:
         if self.process.poll() is None:

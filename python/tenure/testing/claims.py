@@ -8,7 +8,6 @@ It prints one JSON line per event. Run one with
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -103,10 +102,7 @@ class ClaimerProcess(ChildProcess):
             ],
             log_path,
         )
-        self.instance_id = UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"').group(1))
-
-    def events(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.output().splitlines() if line.startswith("{")]
+        self.instance_id = self.announced_instance_id()
 
 
 def main(argv: list[str] | None = None) -> None:

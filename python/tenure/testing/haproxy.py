@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 from types import TracebackType
 
 from tenure.testing.child import ChildProcess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tenure.testing.procs import free_port
 
 
 class HAProxy:

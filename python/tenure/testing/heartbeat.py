@@ -9,7 +9,6 @@ Run one with ``python -m tenure.testing.heartbeat --db URL --type demo``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -124,11 +123,8 @@ class ServiceProcess(ChildProcess):
     ) -> ServiceProcess:
         return cls(conninfo, utype, log_path, interval=interval, timeout=timeout)
 
-    def events(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.output().splitlines() if line.startswith("{")]
-
     def instance_id(self, wait: float = 10.0) -> UUID:
-        return UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"', wait).group(1))
+        return self.announced_instance_id(wait)
 
 
 def wait_for_primary(

@@ -32,7 +32,7 @@ from tenure.http.replica import ReplicaServer, active_only
 from tenure.runtime.replicas import ReplicaManager
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.testing.child import ChildProcess, emit
-from tenure.testing.haproxy import free_port
+from tenure.testing.procs import free_port
 
 
 def run_replica(
@@ -132,13 +132,6 @@ class ReplicaProcess(ChildProcess):
         )
         # The replica's full name carries its pid: name:pid.
         self.replica = self.wait_for_output(r'"replica": "([^"]+)"').group(1)
-
-    def events(self) -> list[dict[str, Any]]:
-        """Its JSON event lines (stderr shares the log: an event may follow other text on a line)."""
-        lines = self.output().splitlines()
-        # raw_decode: other output may follow an event on the same line.
-        decoder = json.JSONDecoder()
-        return [decoder.raw_decode(line[line.index('{"event"') :])[0] for line in lines if '{"event"' in line]
 
     def health(self) -> int:
         """The status of its ``GET /health/active`` (0: no answer)."""
