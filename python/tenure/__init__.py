@@ -45,7 +45,7 @@ from tenure.runtime.batches import SubmissionPool
 from tenure.runtime.claims import Claimer, Keys
 from tenure.runtime.heartbeat import ElectionTiming, Elector
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
-from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
 from tenure.runtime.tasks import (
     Complete,
     Fail,
@@ -113,5 +113,6 @@ __all__ = [
     "ask_primary",
     "connect",
     "connection_options",
+    "shutdown_signals",
     "wait_for_shutdown",
 ]

@@ -11,7 +11,7 @@ from tenure.cli.common import Command, address, say
 from tenure.driver import Driver
 from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.runtime.heartbeat import Elector
-from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
@@ -56,9 +56,12 @@ def cmd_primary(args: argparse.Namespace) -> int:
 
 def cmd_check_primary(args: argparse.Namespace) -> int:
     if args.watch:
-        with PrimaryWatch(args.url, interval=args.interval, window=args.window) as watch:
+        with (
+            PrimaryWatch(args.url, interval=args.interval, window=args.window) as watch,
+            shutdown_signals() as stop,
+        ):
             last = None
-            while not wait_for_shutdown(timeout=args.interval):
+            while not stop.wait(args.interval):
                 now = watch.is_primary()
                 if now != last:
                     say("primary" if now else "not primary")

@@ -10,7 +10,7 @@ from tenure.cli.common import Command, address, say, subcommands
 from tenure.driver import Driver
 from tenure.http.replica import ReplicaServer
 from tenure.runtime.replicas import ReplicaManager
-from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.shutdown import shutdown_signals
 
 EXAMPLES = {
     "run": "example: tenure replica run --db postgresql://app@db/prod --http 127.0.0.1:8081 --interval 0.5",
@@ -35,21 +35,19 @@ def cmd_replica_run(args: argparse.Namespace) -> int:
         f"replica {manager.name}: interval {timing.interval:g} s, "
         f"idle_session_timeout {timing.idle_timeout:g} s, grace {timing.grace:g} s"
     )
-    with manager:
+    with manager, shutdown_signals() as stop:
         server = None
         if args.http:
             host, port = args.http
             server = ReplicaServer(manager, host=host, port=port).start()
             say(f"serving {server.url}/health/active and /health/live")
-        stopping = wait_for_shutdown(timeout=2 * manager.timing.interval)
-        if not stopping and manager.lock_id is not None:
+        if not stop.wait(2 * manager.timing.interval) and manager.lock_id is not None:
             answer = manager.last_answer
             who = (
                 "" if answer is None or answer.acquired else f"; active: {answer.replica} (pid {answer.pid})"
             )
             say(f"lock id {manager.lock_id}{who}")
-        if not stopping:
-            wait_for_shutdown()
+        stop.wait()
         say("shutting down: releasing the lock")
         if server is not None:
             server.stop()

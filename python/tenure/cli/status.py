@@ -18,7 +18,7 @@ import psycopg
 
 from tenure.cli.common import Command
 from tenure.driver import Driver
-from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.shutdown import shutdown_signals
 
 # Each section of the screen and the view it shows, in that order.
 SECTIONS = {
@@ -152,7 +152,7 @@ def render(status: Status) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with psycopg.connect(args.db, autocommit=True) as connection, shutdown_signals() as stop:
         while True:
             status = collect(connection)
             if args.json:
@@ -161,9 +161,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if args.watch:
                     print("\033[H\033[2J", end="")  # clear the terminal
                 print(render(status), flush=True)
-            if not args.watch:
-                return 0
-            if wait_for_shutdown(timeout=args.watch):
+            if not args.watch or stop.wait(args.watch):
                 return 0
 
 
