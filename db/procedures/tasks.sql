@@ -39,6 +39,25 @@ BEGIN
 END
 $$;
 
+-- Why the holder (p_owner, p_epoch) of task v_task can no longer write it.
+CREATE OR REPLACE FUNCTION tenure._task_lost_detail(
+    v_task tenure.task, p_owner uuid, p_epoch bigint, p_now timestamptz
+) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+               WHEN v_task.status <> 'pending' THEN
+                   format('The task is %s (state %L) since %s.', v_task.status, v_task.state, v_task.finished_at)
+               WHEN v_task.epoch <> p_epoch THEN
+                   format('The task is in epoch %s, held by %s.', v_task.epoch, coalesce(v_task.owner::text, 'nobody'))
+               WHEN v_task.owner IS NULL THEN
+                   format('The lease of epoch %s was released; the task is due at %s.', p_epoch, v_task.next_action)
+               WHEN v_task.owner <> p_owner THEN format('Epoch %s is held by %s.', p_epoch, v_task.owner)
+               ELSE format('The lease ran out at %s (now %s).', v_task.next_action, p_now)
+           END
+$$;
+
 -- Why a holder's write matched no row: the task is unknown (TN201) or the lease is lost (TN102).
 CREATE OR REPLACE FUNCTION tenure._task_refuse(
     p_function text, p_id uuid, p_owner uuid, p_epoch bigint, p_now timestamptz
@@ -58,16 +77,7 @@ BEGIN
     END IF;
     RAISE EXCEPTION 'tenure.%: instance % no longer holds task % in epoch %', p_function, p_owner, p_id, p_epoch
         USING ERRCODE = 'TN102',
-              DETAIL = CASE
-                  WHEN v_task.status <> 'pending' THEN
-                      format('The task is %s (state %L) since %s.', v_task.status, v_task.state, v_task.finished_at)
-                  WHEN v_task.epoch <> p_epoch THEN
-                      format('The task is in epoch %s, held by %s.', v_task.epoch, coalesce(v_task.owner::text, 'nobody'))
-                  WHEN v_task.owner IS NULL THEN
-                      format('The lease of epoch %s was released; the task is due at %s.', p_epoch, v_task.next_action)
-                  WHEN v_task.owner <> p_owner THEN format('Epoch %s is held by %s.', p_epoch, v_task.owner)
-                  ELSE format('The lease ran out at %s (now %s).', v_task.next_action, p_now)
-              END,
+              DETAIL = tenure._task_lost_detail(v_task, p_owner, p_epoch, p_now),
               HINT = 'Stop working on this task and discard the result: another instance may own it now.';
 END
 $$;
@@ -287,7 +297,45 @@ Errors: TN001 naming the first bad task (not an object, no kind, negative delay,
 
 -- Acquire ---------------------------------------------------------------------------
 
+-- The arguments of a request for leases: p_limit from p_least (1, or 0 for task_cycle) to 10000.
+CREATE OR REPLACE FUNCTION tenure._task_check_take(
+    p_function text, p_owner uuid, p_lease interval, p_limit integer, p_least integer, p_kinds text[]
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '100 years' OR p_limit IS NULL
+       OR p_limit NOT BETWEEN p_least AND 10000 OR cardinality(p_kinds) = 0
+       OR (CASE WHEN array_ndims(p_kinds) > 1 THEN true ELSE array_position(p_kinds, NULL) IS NOT NULL END) THEN
+        PERFORM tenure._check_instance(p_function, 'p_owner', p_owner);
+        PERFORM tenure._check_duration(p_function, 'p_lease', p_lease);
+        IF p_limit IS NULL OR p_limit NOT BETWEEN p_least AND 10000 THEN
+            PERFORM tenure._invalid_argument(p_function, 'p_limit', format('must be between %s and 10000', p_least),
+                quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
+        END IF;
+        PERFORM tenure._invalid_argument(p_function, 'p_kinds',
+            'must be NULL (any kind) or a non-empty one-dimensional array of kinds',
+            quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._task_acquire(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._task_check_take('task_acquire', p_owner, p_lease, p_limit, 1, p_kinds);
+    PERFORM tenure._durable();
+    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now);
+END
+$$;
+
+-- Lease up to p_limit due tasks to p_owner (arguments already checked).
+CREATE OR REPLACE FUNCTION tenure._task_take(
     p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
 ) RETURNS SETOF tenure.task_lease
 LANGUAGE plpgsql
@@ -299,21 +347,6 @@ DECLARE
     v_died integer;
     v_task record;
 BEGIN
-    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '100 years' OR p_limit IS NULL
-       OR p_limit NOT BETWEEN 1 AND 10000 OR cardinality(p_kinds) = 0
-       OR (CASE WHEN array_ndims(p_kinds) > 1 THEN true ELSE array_position(p_kinds, NULL) IS NOT NULL END) THEN
-        PERFORM tenure._check_instance('task_acquire', 'p_owner', p_owner);
-        PERFORM tenure._check_duration('task_acquire', 'p_lease', p_lease);
-        IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
-            PERFORM tenure._invalid_argument('task_acquire', 'p_limit', 'must be between 1 and 10000',
-                quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
-        END IF;
-        PERFORM tenure._invalid_argument('task_acquire', 'p_kinds',
-            'must be NULL (any kind) or a non-empty one-dimensional array of kinds',
-            quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
-    END IF;
-    PERFORM tenure._durable();
-
     -- The lease times are read per row after SKIP LOCKED locked it: a task held by
     -- a fenced transaction is skipped, so a new lease always begins after every
     -- write fenced by the previous one committed. A leased task is due only once
@@ -554,6 +587,13 @@ $$Finish task p_id under the caller's lease: status done, final state p_state (d
 Returns the time it finished.
 Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
 
+-- The default wait after a failed attempt: 1 s, 2 s, 4 s, ... after the 1st, 2nd, 3rd
+-- failure (p_attempts failures before it), at most 1 hour.
+CREATE OR REPLACE FUNCTION tenure._task_backoff(p_attempts integer)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT least(interval '1 second' * power(2, least(p_attempts, 12)), interval '1 hour') $$;
+
 CREATE OR REPLACE FUNCTION tenure._task_fail(
     p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval, p_now timestamptz
 ) RETURNS timestamptz
@@ -573,13 +613,11 @@ BEGIN
         PERFORM tenure._check_delay('task_fail', 'p_retry_delay', p_retry_delay);
     END IF;
     PERFORM tenure._durable();
-    -- Backoff by default: 1 s, 2 s, 4 s, ... after the 1st, 2nd, 3rd failure, at most 1 hour.
     UPDATE tenure.task AS t
        SET attempts = t.attempts + 1, last_error = p_error, owner = NULL, leased_at = NULL,
            status = CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead' ELSE 'pending' END,
            next_action = CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
-                              ELSE v_now + coalesce(p_retry_delay,
-                                  least(interval '1 second' * power(2, least(t.attempts, 12)), interval '1 hour'))
+                              ELSE v_now + coalesce(p_retry_delay, tenure._task_backoff(t.attempts))
                          END,
            finished_at = CASE WHEN t.attempts + 1 >= t.max_attempts THEN v_now END,
            last_action = v_now
@@ -639,6 +677,210 @@ AS $$ SELECT tenure._task_fence(p_id, p_owner, p_epoch, NULL) $$;
 COMMENT ON FUNCTION tenure.task_fence(uuid, uuid, bigint) IS
 $$Fence an application write: call it inside the transaction that makes the write; it raises TN102 (lease_lost) unless p_owner holds task p_id in epoch p_epoch under a lease that has not run out, and otherwise keeps any other instance from taking the task until that transaction ends.
 Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 when the caller no longer holds the lease.$$;
+
+-- One worker round trip -----------------------------------------------------------------
+
+-- Whether v (a JSON value, SQL NULL when absent) is a number of seconds from 0 to 100 years
+-- (or, with p_null_ok, JSON null or absent).
+CREATE OR REPLACE FUNCTION tenure._seconds_value(v jsonb, p_null_ok boolean)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN v IS NULL THEN true
+                WHEN jsonb_typeof(v) = 'null' THEN p_null_ok
+                WHEN jsonb_typeof(v) <> 'number' THEN false
+                ELSE (v #>> '{}')::numeric BETWEEN 0 AND 3155760000
+           END
+$$;
+
+-- The keys an outcome of task_cycle may have.
+CREATE OR REPLACE FUNCTION tenure._task_outcome_keys(p_outcome text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE p_outcome WHEN 'complete' THEN ARRAY['id', 'epoch', 'outcome', 'state', 'data']
+                          WHEN 'release' THEN ARRAY['id', 'epoch', 'outcome', 'state', 'data', 'delay']
+                          WHEN 'fail' THEN ARRAY['id', 'epoch', 'outcome', 'error', 'retry_delay']
+                          ELSE ARRAY['id', 'epoch', 'outcome'] END
+$$;
+
+-- What is wrong with outcome o of a task_cycle request, or NULL.
+-- (One expression without a FROM clause, so that the planner inlines it.)
+CREATE OR REPLACE FUNCTION tenure._task_outcome_problem(o jsonb)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(o) IS DISTINCT FROM 'object' THEN 'must be a JSON object'
+        WHEN jsonb_typeof(o -> 'id') IS DISTINCT FROM 'string'
+             OR o ->> 'id' !~* '^\{?[0-9a-f]{4}(-?[0-9a-f]{4}){7}\}?$' THEN 'needs an id, a uuid as a string'
+        WHEN jsonb_typeof(o -> 'epoch') IS DISTINCT FROM 'number' OR (o ->> 'epoch') !~ '^0*[1-9][0-9]{0,17}$'
+            THEN 'needs an epoch, an integer of at least 1'
+        WHEN jsonb_typeof(o -> 'outcome') IS DISTINCT FROM 'string'
+             OR o ->> 'outcome' NOT IN ('complete', 'release', 'fail', 'extend')
+            THEN 'needs an outcome: complete, release, fail or extend'
+        WHEN o - tenure._task_outcome_keys(o ->> 'outcome') <> '{}'
+            THEN format('has keys that a %s outcome does not take: %s (it takes %s)', o ->> 'outcome',
+                        o - tenure._task_outcome_keys(o ->> 'outcome'),
+                        array_to_string(tenure._task_outcome_keys(o ->> 'outcome'), ', '))
+        WHEN o ? 'state' AND (jsonb_typeof(o -> 'state') <> 'string' OR tenure._blank(o ->> 'state')
+                              OR length(o ->> 'state') > 200)
+            THEN 'has a state that is not a non-empty string of at most 200 characters'
+        WHEN o ->> 'outcome' = 'fail' AND (jsonb_typeof(o -> 'error') IS DISTINCT FROM 'string' OR tenure._blank(o ->> 'error'))
+            THEN 'needs an error, a non-empty string describing the failure'
+        WHEN NOT tenure._seconds_value(o -> 'delay', false) OR NOT tenure._seconds_value(o -> 'retry_delay', true)
+            THEN 'has a delay that is not a number of seconds from 0 to 100 years'
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_cycle(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_outcomes jsonb, p_now timestamptz
+) RETURNS SETOF tenure.task_cycled
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_bad record;
+    v_count integer;
+    v_outcomes tenure._task_outcome[];
+    v_applied tenure.task_cycled[];
+    v_wake text[];
+BEGIN
+    PERFORM tenure._task_check_take('task_cycle', p_owner, p_lease, p_limit, 0, p_kinds);
+    IF p_outcomes IS NULL OR jsonb_typeof(p_outcomes) <> 'array' THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must be a JSON array of outcomes',
+            quote_nullable(left(p_outcomes::text, 100)),
+            'Pass [] or [{"id": "...", "epoch": 3, "outcome": "complete"}, ...].');
+    END IF;
+    v_count := jsonb_array_length(p_outcomes);
+    IF v_count > 10000 THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must hold at most 10000 outcomes',
+            v_count::text, 'Report the outcomes in several calls.');
+    END IF;
+    -- Parse every outcome by its type; only when that fails, or a parsed outcome breaks a
+    -- rule, look for the first bad one to name it.
+    BEGIN
+        SELECT coalesce(array_agg((e.ord, r.id, r.epoch, r.outcome, r.state, nullif(r.data, 'null'),
+                                   make_interval(secs => coalesce(r.delay, 0)), r.error,
+                                   make_interval(secs => r.retry_delay))::tenure._task_outcome ORDER BY e.ord), '{}')
+          INTO v_outcomes
+          FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS e(o, ord),
+               LATERAL jsonb_to_record(e.o) AS r(id uuid, epoch bigint, outcome text, state text, data jsonb,
+                                                 delay float8, error text, retry_delay float8);
+    EXCEPTION WHEN data_exception THEN
+        v_outcomes := NULL;
+    END;
+    IF v_outcomes IS NULL OR EXISTS (
+        SELECT FROM unnest(v_outcomes) o
+         WHERE o.id IS NULL OR o.epoch IS NULL OR o.epoch < 1 OR o.outcome IS NULL
+            OR o.outcome NOT IN ('complete', 'release', 'fail', 'extend')
+            OR (o.state IS NOT NULL AND (tenure._blank(o.state) OR length(o.state) > 200))
+            OR (o.outcome = 'fail' AND tenure._blank(o.error))
+            OR o.delay NOT BETWEEN interval '0' AND interval '100 years'
+            OR o.retry_delay NOT BETWEEN interval '0' AND interval '100 years')
+       OR (SELECT count(DISTINCT o.id) FROM unnest(v_outcomes) o) < v_count
+       OR EXISTS (SELECT FROM jsonb_array_elements(p_outcomes) e(o)
+                   WHERE e.o - tenure._task_outcome_keys(e.o ->> 'outcome') <> '{}') THEN
+        SELECT c.ord, coalesce(c.problem, CASE WHEN row_number() OVER (PARTITION BY c.id ORDER BY c.ord) > 1
+                                               THEN 'names a task that an earlier outcome names' END) AS problem
+          INTO v_bad
+          FROM (SELECT e.ord, p.problem, CASE WHEN p.problem IS NULL THEN (e.o ->> 'id')::uuid END AS id
+                  FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS e(o, ord),
+                       LATERAL (SELECT tenure._task_outcome_problem(e.o) AS problem) p) c
+         ORDER BY (c.problem IS NULL AND row_number() OVER (PARTITION BY c.id ORDER BY c.ord) = 1), c.ord
+         LIMIT 1;
+        PERFORM tenure._invalid_argument('task_cycle', format('outcome %s', v_bad.ord),
+            coalesce(v_bad.problem, 'is not a valid outcome'),
+            left((p_outcomes -> (v_bad.ord::integer - 1))::text, 200),
+            'Each outcome is {"id": uuid, "epoch": n, "outcome": "complete"|"release"|"fail"|"extend"} with, for '
+            || 'complete, optional state and data; for release, optional state, data and delay (seconds); for fail, '
+            || 'error and an optional retry_delay (seconds); each task at most once.');
+    END IF;
+    PERFORM tenure._durable();
+
+    -- One UPDATE applies every outcome whose (owner, epoch) still holds an unexpired
+    -- lease; the rest are refused one by one below. Each transition is the one of the
+    -- single-task function of the same name (task_complete, task_release, task_fail,
+    -- task_extend).
+    v_now := coalesce(p_now, clock_timestamp());
+    WITH o AS (
+        SELECT * FROM unnest(v_outcomes)
+    ), applied AS (
+        UPDATE tenure.task AS t
+           SET status      = CASE o.outcome WHEN 'complete' THEN 'done'
+                                            WHEN 'fail' THEN CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead'
+                                                                  ELSE 'pending' END
+                                            ELSE 'pending' END,
+               state       = CASE o.outcome WHEN 'complete' THEN coalesce(o.state, 'done') ELSE coalesce(o.state, t.state) END,
+               data        = coalesce(o.data, t.data),
+               owner       = CASE WHEN o.outcome = 'extend' THEN t.owner END,
+               leased_at   = CASE WHEN o.outcome = 'extend' THEN t.leased_at END,
+               attempts    = t.attempts + (o.outcome = 'fail')::integer,
+               last_error  = CASE WHEN o.outcome = 'fail' THEN o.error ELSE t.last_error END,
+               next_action = CASE o.outcome
+                                 WHEN 'extend' THEN v_now + p_lease
+                                 WHEN 'release' THEN v_now + o.delay
+                                 WHEN 'fail' THEN CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
+                                                       ELSE v_now + coalesce(o.retry_delay, tenure._task_backoff(t.attempts))
+                                                  END
+                             END,
+               finished_at = CASE WHEN o.outcome = 'complete' OR (o.outcome = 'fail' AND t.attempts + 1 >= t.max_attempts)
+                                  THEN v_now END,
+               last_change = CASE WHEN o.outcome = 'complete' OR o.state IS NOT NULL OR o.data IS NOT NULL THEN v_now
+                                  ELSE t.last_change END,
+               last_action = v_now
+          FROM o
+         WHERE t.id = o.id AND t.owner = p_owner AND t.epoch = o.epoch AND t.status = 'pending'
+           AND t.next_action >= v_now
+        RETURNING o.ord, t.id, t.epoch, o.outcome, t.kind, t.state, t.attempts, t.next_action, t.owner
+    )
+    SELECT coalesce(array_agg((a.id, a.epoch, a.outcome, NULL, a.kind, a.state, NULL, a.attempts, a.next_action)
+                              ::tenure.task_cycled ORDER BY a.ord), '{}'),
+           array_agg(DISTINCT a.kind) FILTER (WHERE a.owner IS NULL AND a.next_action = v_now)
+      INTO v_applied, v_wake
+      FROM applied a;
+
+    IF cardinality(v_applied) = v_count THEN
+        RETURN QUERY SELECT * FROM unnest(v_applied);
+    ELSE
+        -- A new statement, so a new snapshot: what refused an outcome is visible now.
+        RETURN QUERY
+        SELECT e.id, e.epoch, e.outcome,
+               CASE WHEN a.id IS NOT NULL THEN NULL
+                    WHEN t.id IS NULL THEN format('no task %s', e.id)
+                    ELSE format('lease lost: %s', tenure._task_lost_detail(t, p_owner, e.epoch, v_now))
+               END,
+               t.kind, a.state, NULL::jsonb, t.attempts, a.next_action
+          FROM unnest(v_outcomes) e
+          LEFT JOIN unnest(v_applied) a ON a.id = e.id
+          LEFT JOIN tenure.task t ON t.id = e.id
+         ORDER BY e.ord;
+    END IF;
+    IF v_wake IS NOT NULL THEN
+        PERFORM pg_notify('tenure_task', k) FROM unnest(v_wake) k;
+    END IF;
+
+    IF p_limit > 0 THEN
+        RETURN QUERY
+        SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
+          FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_cycle(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[] DEFAULT NULL, p_outcomes jsonb DEFAULT '[]'
+) RETURNS SETOF tenure.task_cycled
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, NULL) $$;
+
+COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb) IS
+$$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
+p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
+Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
+Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice); nothing changes then.$$;
 
 -- Taking over, requeueing and cleaning up --------------------------------------------
 
@@ -770,6 +1012,7 @@ GRANT EXECUTE ON FUNCTION
     tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
     tenure.task_enqueue_many(jsonb),
     tenure.task_acquire(uuid, interval, integer, text[]),
+    tenure.task_cycle(uuid, interval, integer, text[], jsonb),
     tenure.task_extend(uuid, uuid, bigint, interval),
     tenure.task_update(uuid, uuid, bigint, text, jsonb, interval),
     tenure.task_release(uuid, uuid, bigint, interval, text, jsonb),

@@ -9,6 +9,15 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/claims@v0.1.0.sql
 
 -- Functions that came after v0.1.0.
+DROP FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb);
+DROP FUNCTION tenure._task_cycle(uuid, interval, integer, text[], jsonb, timestamptz);
+DROP FUNCTION tenure._task_outcome_problem(jsonb);
+DROP FUNCTION tenure._task_outcome_keys(text);
+DROP FUNCTION tenure._seconds_value(jsonb, boolean);
+DROP FUNCTION tenure._task_take(uuid, interval, integer, text[], timestamptz);
+DROP FUNCTION tenure._task_check_take(text, uuid, interval, integer, integer, text[]);
+DROP FUNCTION tenure._task_backoff(integer);
+DROP FUNCTION tenure._task_lost_detail(tenure.task, uuid, bigint, timestamptz);
 DROP FUNCTION tenure._follow_server(timestamptz);
 DROP FUNCTION tenure._on_primary();
 DROP FUNCTION tenure._blank(text);

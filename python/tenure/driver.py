@@ -68,6 +68,22 @@ class TaskLease:
 
 
 @dataclass(frozen=True)
+class TaskCycled:
+    """One row of ``task_cycle``'s answer: a reported outcome (``outcome`` complete, release,
+    fail or extend; ``refused`` says why it was not applied) or a new lease (``outcome`` lease)."""
+
+    id: UUID
+    epoch: int
+    outcome: str
+    refused: str | None
+    kind: str | None
+    state: str | None
+    data: Any
+    attempts: int | None
+    next_action: datetime | None
+
+
+@dataclass(frozen=True)
 class TaskEnqueued:
     id: UUID
     kind: str
@@ -412,6 +428,28 @@ class Driver:
             TaskLease,
             "SELECT * FROM tenure.task_acquire(%s, %s, %s, %s)",
             (owner, _seconds(lease), limit, None if kinds is None else list(kinds)),
+        )
+
+    def task_cycle(
+        self,
+        owner: UUID,
+        *,
+        lease: timedelta | float,
+        limit: int,
+        kinds: Sequence[str] | None = None,
+        outcomes: Sequence[dict[str, Any]] = (),
+    ) -> list[TaskCycled]:
+        """Report ``outcomes`` and lease up to ``limit`` due tasks, in one call and one commit.
+
+        Each outcome is ``{"id": ..., "epoch": ..., "outcome": "complete" | "release" | "fail" | "extend"}``
+        with the optional keys of that outcome (``state``, ``data``, ``delay`` and ``retry_delay`` in
+        seconds, ``error``); ids may be UUIDs. Returns a row per outcome, then a row per new lease.
+        """
+        payload = [{**outcome, "id": str(outcome["id"])} for outcome in outcomes]
+        return self._rows(
+            TaskCycled,
+            "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s)",
+            (owner, _seconds(lease), limit, None if kinds is None else list(kinds), Jsonb(payload)),
         )
 
     def task_extend(self, id: UUID, owner: UUID, epoch: int, *, lease: timedelta | float) -> datetime:

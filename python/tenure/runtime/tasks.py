@@ -8,10 +8,17 @@ minute"), or :class:`Fail` (raising does the same). Each outcome may carry
 transaction as the task's transition, so that a step's writes are accepted exactly
 once however often the step runs.
 
-Every task in flight has its lease extended in the background. When an extension
-is refused, or none succeeded within the safe window (2/3 of the lease after the
-last one was sent), the task is lost: ``task.lost`` is set, its outcome is
-discarded, and nothing more of it reaches the database.
+One dispatcher thread talks to the database for the whole worker: each round trip
+(``task_cycle``) reports the outcomes that finished since the last one and leases
+due tasks for the free slots, in one call and one commit, so the cost per task
+falls as the load rises. An outcome with ``writes``, and a :class:`Next`, is
+recorded on its own, in its own transaction, by the thread that ran the processor.
+Processors run on ``concurrency`` threads.
+
+Every task in flight has its lease extended in the background, all in one call.
+When an extension is refused, or none succeeded within the safe window (2/3 of the
+lease after the last one was sent), the task is lost: ``task.lost`` is set, its
+outcome is discarded, and nothing more of it reaches the database.
 
 Every call is bounded by the safe window (a call on a frozen server has its socket
 abandoned), a call that failed because the connection no longer reaches a writable
@@ -23,12 +30,14 @@ most the tasks whose leases it outlasts.
 
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -46,8 +55,8 @@ from tenure.connect import (
     lost_server,
     watch_commits,
 )
-from tenure.driver import Driver, TaskLease
-from tenure.errors import InvalidConfiguration, LeaseLost
+from tenure.driver import Driver, TaskCycled
+from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -59,11 +68,31 @@ _LAST_USED = "_tenure_last_used"
 CHECK_AFTER_IDLE = 1.0
 
 
+MAX_DELAY = 100 * 365.25 * 86400  # seconds: the database refuses delays past 100 years
+
+
+def _check_state(outcome: str, state: str | None) -> None:
+    if state is not None and (not isinstance(state, str) or not state.strip() or len(state) > 200):
+        raise InvalidArgument(
+            f"{outcome}: the state must be a non-empty string of at most 200 characters, got {state!r}"
+        )
+
+
+def _check_delay(outcome: str, name: str, delay: float | None) -> None:
+    if delay is not None and not 0 <= delay <= MAX_DELAY:
+        raise InvalidArgument(f"{outcome}: {name} must be from 0 seconds to 100 years, got {delay!r}")
+
+
+# An outcome is checked when it is made, so that a bad one fails in the processor that
+# made it (and becomes a Fail) instead of in the round trip that reports many.
 @dataclass(frozen=True)
 class Complete:
     state: str = "done"
     data: Any = None
     writes: Writes | None = None
+
+    def __post_init__(self) -> None:
+        _check_state("Complete", self.state)
 
 
 @dataclass(frozen=True)
@@ -71,6 +100,9 @@ class Next:
     state: str
     data: Any = None
     writes: Writes | None = None
+
+    def __post_init__(self) -> None:
+        _check_state("Next", self.state)
 
 
 @dataclass(frozen=True)
@@ -80,11 +112,20 @@ class Release:
     data: Any = None
     writes: Writes | None = None
 
+    def __post_init__(self) -> None:
+        _check_state("Release", self.state)
+        _check_delay("Release", "delay", self.delay)
+
 
 @dataclass(frozen=True)
 class Fail:
     error: str
     retry_delay: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.error, str) or not self.error.strip():
+            raise InvalidArgument(f"Fail: the error must describe the failure, got {self.error!r}")
+        _check_delay("Fail", "retry_delay", self.retry_delay)
 
 
 Outcome = Complete | Next | Release | Fail
@@ -141,8 +182,8 @@ class TaskWorker:
         name: str | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise InvalidConfiguration(f"concurrency must be at least 1, got {concurrency}")
+        if concurrency < 1 or concurrency > 10000:
+            raise InvalidConfiguration(f"concurrency must be between 1 and 10000, got {concurrency}")
         if not lease > 0 or not poll_interval > 0:
             raise InvalidConfiguration(f"lease and poll_interval must be positive: {lease}, {poll_interval}")
         if not processors:
@@ -161,12 +202,16 @@ class TaskWorker:
         self.name = instance_name(name)
         self.stats = WorkerStats()
         self.metrics = metrics or Metrics()
-        self._in_flight: dict[uuid.UUID, Task] = {}
+        self._in_flight: dict[uuid.UUID, Task] = {}  # every task this worker holds
+        self._running = 0  # of those, how many a processor thread has (or is about to have)
+        self._ready: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # leased, for the processor threads
+        self._finished: list[tuple[Task, Outcome]] = []  # outcomes for the dispatcher's next round trip
         # Tasks whose outcome is being recorded: a refused extension of one of these may
         # only mean the outcome committed first; the outcome's own transaction tells.
         self._recording: set[uuid.UUID] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._due = True  # whether tasks may be due: until an acquisition comes back short
         self._stopping = threading.Event()  # no more new tasks
         self._closed = threading.Event()  # no more leases kept either
         self._threads: dict[str, threading.Thread] = {}
@@ -231,10 +276,13 @@ class TaskWorker:
             listener="a task worker that listens for new tasks" if self.listen else None,
         )
         self._pool.open(wait=True, timeout=30)
-        loops: list[tuple[Callable[[], None], str]] = [(self._poll, "poll"), (self._extend, "extend")]
+        loops: list[tuple[Callable[[], None], str]] = [(self._dispatch, "dispatch"), (self._extend, "extend")]
         if self.listen:
             loops.append((self._listen, "listen"))
+        loops += [(self._process, f"processor-{n}") for n in range(self.concurrency)]
         for target, role in loops:
+            # Daemon threads: a processor that hangs must not keep the process from
+            # exiting once its task was released.
             self._threads[role] = threading.Thread(target=target, name=f"tenure-tasks-{role}", daemon=True)
             self._threads[role].start()
         return self
@@ -249,26 +297,28 @@ class TaskWorker:
         deadline = time.monotonic() + self.shutdown_grace
         self._stopping.set()
         self._wake.set()
-        self._threads["poll"].join()  # an acquisition in progress ends within the safe window
         while self._held() and time.monotonic() < deadline:
-            time.sleep(0.02)
+            time.sleep(0.02)  # the dispatcher keeps reporting what finishes meanwhile
         release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
-        for task in self._held():
+        with self._lock:
+            reported = {task.id for task, _ in self._finished} | self._recording
+            unfinished = [task for task in self._in_flight.values() if task.id not in reported]
+        for task in unfinished:
             task.lost.set()  # whatever it still produces is discarded
-            left = release_by - time.monotonic()
-            if left <= 0:
-                continue  # its lease runs out by itself
+        if unfinished and release_by > time.monotonic():
             try:
-                with (
-                    self._pool.connection(timeout=left) as connection,
-                    self._deadlines.bounded(connection, left),
-                ):
-                    Driver(connection).task_release(task.id, task.owner, task.epoch)
-            except (LeaseLost, psycopg.Error) as error:
-                log.info("%s: could not release %s: %s", self.name, task.id, error)
+                self._report([(task, Release()) for task in unfinished], until=release_by)
+            except psycopg.Error as error:
+                log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
+        while self._held() and time.monotonic() < release_by:
+            time.sleep(0.02)  # outcomes that finished in time are still on their way
         self._closed.set()
-        for thread in self._threads.values():
-            thread.join()
+        self._wake.set()
+        for _ in range(self.concurrency):
+            self._ready.put(None)
+        for role, thread in self._threads.items():
+            if not role.startswith("processor"):
+                thread.join()
         self._threads.clear()
         self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
         self._deadlines.close()
@@ -289,59 +339,112 @@ class TaskWorker:
         with self._lock:
             return list(self._in_flight.values())
 
-    # -- taking tasks --------------------------------------------------------------
+    # -- the dispatcher: one round trip reports what finished and leases what fits ------
 
-    def _poll(self) -> None:
-        while not self._stopping.is_set():
-            free = self.concurrency - self.in_flight()
-            got = 0
-            if free > 0:
+    def _dispatch(self) -> None:
+        poll_at = time.monotonic()
+        while not self._closed.is_set():
+            with self._lock:
+                finished, self._finished = self._finished, []
+                self._recording.update(task.id for task, _ in finished)  # see stop()
+                free = 0 if self._stopping.is_set() else self.concurrency - self._running
+            if free > 0 and time.monotonic() >= poll_at:
+                self._due = True
+            limit = free if self._due else 0
+            if finished or limit:
+                if limit:
+                    poll_at = time.monotonic() + self.poll_interval
                 try:
-                    got = self._acquire(free)
-                except psycopg.Error as error:
-                    log.warning("%s: acquire failed: %s", self.name, error)
-            if got and got == free:
-                continue  # there may be more: ask again as soon as a slot frees
-            self._wake.wait(self.poll_interval)
+                    self._cycle(finished, limit)
+                except (psycopg.Error, TenureError) as error:
+                    log.warning("%s: a round trip to the database failed: %s", self.name, error)
+                    self._closed.wait(min(self.poll_interval, 0.5))
+                except Exception:
+                    log.exception("%s: a round trip to the database failed", self.name)
+                    self._closed.wait(min(self.poll_interval, 0.5))
+                finally:
+                    with self._lock:
+                        self._recording.difference_update(task.id for task, _ in finished)
+                continue
+            self._wake.wait(max(0.0, poll_at - time.monotonic()) if free > 0 else None)
             self._wake.clear()
 
-    def _acquire(self, limit: int) -> int:
+    def _cycle(self, finished: list[tuple[Task, Outcome]], limit: int) -> None:
+        """Report ``finished`` and lease up to ``limit`` tasks, in one call."""
+        reported = []
+        for task, outcome in finished:
+            if task.is_lost():
+                self._discard(task, "the lease was lost before the outcome was recorded")
+                self._finish(task)
+            else:
+                reported.append((task, outcome))
+        if not reported and not limit:
+            return
         sent = time.monotonic()
-        with self._connection() as connection:
-            leases = Driver(connection).task_acquire(
-                self.instance_id, lease=self.lease, limit=limit, kinds=self.kinds
+        until = min((task.valid_until for task, _ in reported), default=sent + self.safe_window)
+        try:
+            rows = self._report(reported, until=until, limit=limit)
+        except BaseException:
+            for task, _ in reported:  # the lease runs out unless the outcome did commit
+                self._finish(task)
+            raise
+        leases = [row for row in rows if row.outcome == "lease"]
+        if limit:
+            self._due = len(leases) == limit  # a short answer: nothing more is due for now
+        for row in leases:
+            task = Task(
+                id=row.id,
+                kind=row.kind or "",
+                state=row.state or "",
+                data=row.data,
+                epoch=row.epoch,
+                attempts=row.attempts or 0,
+                owner=self.instance_id,
+                valid_until=sent + self.safe_window,
             )
-        for lease in leases:
-            task = self._task(lease, sent)
             with self._lock:
                 self._in_flight[task.id] = task
+                self._running += 1
                 self.stats.acquired += 1
             self.metrics.tasks_acquired.labels(task.kind).inc()
             self.metrics.tasks_in_flight.inc()
-            # A daemon thread per task (at most `concurrency` at once): a processor that
-            # hangs must not keep the process from exiting once its task was released.
-            threading.Thread(
-                target=self._run, args=(task,), name=f"tenure-task-{task.id}", daemon=True
-            ).start()
-        return len(leases)
+            self._ready.put(task)
 
-    def _task(self, lease: TaskLease, sent: float) -> Task:
-        return Task(
-            id=lease.id,
-            kind=lease.kind,
-            state=lease.state,
-            data=lease.data,
-            epoch=lease.epoch,
-            attempts=lease.attempts,
-            owner=self.instance_id,
-            valid_until=sent + self.safe_window,
-        )
+    def _report(
+        self, reported: list[tuple[Task, Outcome]], *, until: float, limit: int = 0
+    ) -> list[TaskCycled]:
+        """One ``task_cycle`` call: the outcomes' results are counted and their tasks let go."""
+        with self._lock:
+            self._recording.update(task.id for task, _ in reported)
+        try:
+            rows = self._call(
+                lambda connection: Driver(connection).task_cycle(
+                    self.instance_id,
+                    lease=self.lease,
+                    limit=limit,
+                    kinds=self.kinds,
+                    outcomes=[_outcome_json(task, outcome) for task, outcome in reported],
+                ),
+                until=until,
+            )
+        finally:
+            with self._lock:
+                self._recording.difference_update(task.id for task, _ in reported)
+        for (task, outcome), row in zip(reported, rows, strict=False):
+            if row.refused is None:
+                self._count(task, outcome)
+            else:
+                self._lose(task, row.refused)
+                self._discard(task, "the database refused the outcome")
+            self._finish(task)
+        return rows
 
     def _listen(self) -> None:
-        """Wake the poller when a task of our kinds becomes due (or LISTEN reconnected)."""
+        """Wake the dispatcher when a task of our kinds becomes due (or LISTEN reconnected)."""
 
         def on_notify(payload: str | None) -> None:
             if payload is None or payload in self.kinds:
+                self._due = True
                 self._wake.set()
 
         listen(
@@ -357,26 +460,34 @@ class TaskWorker:
 
     def _extend(self) -> None:
         while not self._closed.wait(self.extend_every):
+            held = []
             for task in self._held():
                 if task.is_lost():
                     self._lose(task, "no lease extension within the safe window")
-                    continue
-                sent = time.monotonic()
-                try:
-                    self._call(
-                        lambda connection, task=task: Driver(connection).task_extend(  # type: ignore[misc]
-                            task.id, task.owner, task.epoch, lease=self.lease
-                        ),
-                        until=task.valid_until,
-                    )
+                else:
+                    held.append(task)
+            if not held:
+                continue
+            extensions = [{"id": task.id, "epoch": task.epoch, "outcome": "extend"} for task in held]
+            sent = time.monotonic()
+            try:
+                rows = self._call(
+                    lambda connection, extensions=extensions: Driver(connection).task_cycle(  # type: ignore[misc]
+                        self.instance_id, lease=self.lease, limit=0, kinds=self.kinds, outcomes=extensions
+                    ),
+                    until=min(task.valid_until for task in held),
+                )
+            except psycopg.Error as error:
+                log.warning("%s: extending %d leases failed: %s", self.name, len(held), error)
+                continue
+            for task, row in zip(held, rows, strict=False):
+                if row.refused is None:
                     task.valid_until = sent + self.safe_window
-                except LeaseLost as error:
-                    with self._lock:
-                        recording = task.id in self._recording
-                    if not recording:
-                        self._lose(task, error.detail or error.message)
-                except psycopg.Error as error:
-                    log.warning("%s: extending %s failed: %s", self.name, task.id, error)
+                    continue
+                with self._lock:
+                    recording = task.id in self._recording
+                if not recording:
+                    self._lose(task, row.refused)
 
     def _lose(self, task: Task, reason: str) -> None:
         with self._lock:
@@ -396,30 +507,49 @@ class TaskWorker:
     def processor_for(self, kind: str, state: str) -> Processor | None:
         return self.processors.get((kind, state)) or self.processors.get(kind)
 
-    def _run(self, task: Task) -> None:
-        try:
-            while not task.is_lost():
-                processor = self.processor_for(task.kind, task.state)
-                if processor is None:
-                    self._apply(task, Release(), routed_away=True)
-                    return
-                try:
-                    outcome = processor(task)
-                except Exception as error:
-                    log.exception("%s: processor failed on task %s", self.name, task.id)
-                    outcome = Fail(f"{error.__class__.__name__}: {error}")
-                if not self._apply(task, outcome):
-                    return
-                if not isinstance(outcome, Next):
-                    return
-                task.state = outcome.state
-                if outcome.data is not None:
-                    task.data = outcome.data
+    def _process(self) -> None:
+        while (task := self._ready.get()) is not None:
+            try:
+                self._run(task)
+            finally:
                 with self._lock:
-                    self.stats.routed += 1
-        finally:
-            self._finish(task)
-            self._wake.set()
+                    self._running -= 1
+                self._wake.set()
+
+    def _run(self, task: Task) -> None:
+        while not task.is_lost():
+            processor = self.processor_for(task.kind, task.state)
+            if processor is None:
+                self._hand_over(task, _ROUTED_AWAY)
+                return
+            try:
+                outcome = processor(task)
+                if not isinstance(outcome, Complete | Next | Release | Fail):
+                    raise TypeError(
+                        f"the processor returned {outcome!r}, not Complete, Next, Release or Fail"
+                    )
+                json.dumps(getattr(outcome, "data", None))  # data the round trip cannot send fails here
+            except Exception as error:
+                log.exception("%s: processor failed on task %s", self.name, task.id)
+                outcome = Fail(f"{error.__class__.__name__}: {error}")
+            if not isinstance(outcome, Next) and getattr(outcome, "writes", None) is None:
+                self._hand_over(task, outcome)
+                return
+            if not self._apply(task, outcome) or not isinstance(outcome, Next):
+                return
+            task.state = outcome.state
+            if outcome.data is not None:
+                task.data = outcome.data
+            with self._lock:
+                self.stats.routed += 1
+        self._discard(task, "the lease was lost before the outcome was recorded")
+        self._finish(task)
+
+    def _hand_over(self, task: Task, outcome: Outcome) -> None:
+        """Leave ``outcome`` for the dispatcher's next round trip."""
+        with self._lock:
+            self._finished.append((task, outcome))
+        self._wake.set()
 
     def _finish(self, task: Task) -> None:
         """The task is no longer this worker's (once, however often it is called)."""
@@ -427,10 +557,25 @@ class TaskWorker:
             if self._in_flight.pop(task.id, None) is not None:
                 self.metrics.tasks_in_flight.dec()
 
-    def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
-        """Record the outcome with its writes in one transaction; False when it was discarded."""
+    def _count(self, task: Task, outcome: Outcome) -> None:
+        with self._lock:
+            if isinstance(outcome, Complete):
+                self.stats.completed += 1
+            elif isinstance(outcome, Release) and outcome is not _ROUTED_AWAY:
+                self.stats.released += 1
+            elif isinstance(outcome, Fail):
+                self.stats.failed += 1
+        if isinstance(outcome, Complete):
+            self.metrics.tasks_completed.labels(task.kind).inc()
+        elif isinstance(outcome, Fail):
+            self.metrics.tasks_failed.labels(task.kind).inc()
+
+    def _apply(self, task: Task, outcome: Outcome) -> bool:
+        """Record an outcome that carries writes, or a Next, on its own; False when it was
+        discarded or its fate is unknown (the task is let go then)."""
         if task.is_lost():
             self._discard(task, "the lease was lost before the outcome was recorded")
+            self._finish(task)
             return False
         with self._lock:
             self._recording.add(task.id)
@@ -439,41 +584,31 @@ class TaskWorker:
         except LeaseLost as error:
             self._lose(task, error.detail or error.message)
             self._discard(task, "the database refused the outcome")
+            self._finish(task)
             return False
         except psycopg.Error as error:
             log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
+            self._finish(task)
             return False
         finally:
             with self._lock:
                 self._recording.discard(task.id)
         if not isinstance(outcome, Next):
             self._finish(task)  # before the extender can find it held and be told it is done
-        with self._lock:
-            if isinstance(outcome, Complete):
-                self.stats.completed += 1
-            elif isinstance(outcome, Release) and not routed_away:
-                self.stats.released += 1
-            elif isinstance(outcome, Fail):
-                self.stats.failed += 1
-        if isinstance(outcome, Complete):
-            self.metrics.tasks_completed.labels(task.kind).inc()
-        elif isinstance(outcome, Fail):
-            self.metrics.tasks_failed.labels(task.kind).inc()
+            self._count(task, outcome)
         return True
 
     def _record(self, connection: psycopg.Connection[Any], task: Task, outcome: Outcome) -> None:
         """The outcome's transition and its writes in one transaction, confirmed by the cluster."""
         if task.is_lost():
             raise LeaseLost(f"the lease of task {task.id} ran out before its outcome was recorded")
-        with durable_transaction(connection):
+        writes = getattr(outcome, "writes", None)
+        with durable_transaction(connection) if writes is not None else nullcontext(connection):
             driver = Driver(connection)
-            writes: Writes | None = None
             if isinstance(outcome, Complete):
                 driver.task_complete(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
-                writes = outcome.writes
             elif isinstance(outcome, Next):
                 driver.task_update(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
-                writes = outcome.writes
             elif isinstance(outcome, Release):
                 driver.task_release(
                     task.id,
@@ -483,11 +618,6 @@ class TaskWorker:
                     state=outcome.state,
                     data=outcome.data,
                 )
-                writes = outcome.writes
-            else:
-                driver.task_fail(
-                    task.id, task.owner, task.epoch, error=outcome.error, retry_delay=outcome.retry_delay
-                )
             if writes is not None:
                 writes(connection)
 
@@ -495,3 +625,22 @@ class TaskWorker:
         with self._lock:
             self.stats.discarded += 1
         log.warning("%s: discarded the result of task %s (epoch %d): %s", self.name, task.id, task.epoch, why)
+
+
+# What a processor thread hands the dispatcher when no processor takes the task's state:
+# released at once for a worker that has one, counted as neither released nor routed.
+_ROUTED_AWAY = Release()
+
+
+def _outcome_json(task: Task, outcome: Outcome) -> dict[str, Any]:
+    """``outcome`` of ``task`` as ``task_cycle`` takes it."""
+    given = {"id": task.id, "epoch": task.epoch}
+    if isinstance(outcome, Complete):
+        given |= {"outcome": "complete", "state": outcome.state, "data": outcome.data}
+    elif isinstance(outcome, Release):
+        given |= {"outcome": "release", "delay": outcome.delay, "state": outcome.state, "data": outcome.data}
+    elif isinstance(outcome, Fail):
+        given |= {"outcome": "fail", "error": outcome.error, "retry_delay": outcome.retry_delay}
+    else:
+        raise TypeError(f"not an outcome to report in a round trip: {outcome!r}")
+    return {key: value for key, value in given.items() if value is not None}

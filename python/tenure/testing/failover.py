@@ -207,8 +207,8 @@ class AckingWorker(TaskWorker):
             writes=lambda db: db.execute("INSERT INTO fo_effects VALUES (%s, %s)", (task.id, task.epoch))
         )
 
-    def _apply(self, task: Task, outcome: Outcome, *, routed_away: bool = False) -> bool:
-        recorded = super()._apply(task, outcome, routed_away=routed_away)
+    def _apply(self, task: Task, outcome: Outcome) -> bool:
+        recorded = super()._apply(task, outcome)
         if recorded and isinstance(outcome, Complete):
             self.log.add("outcomes", task.id, task.epoch)
         return recorded

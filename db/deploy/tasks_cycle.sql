@@ -1,0 +1,44 @@
+-- What a worker's one round trip tells and gets back: task_cycle reports the outcomes of
+-- tasks it finished (and extends the leases it keeps) and leases due tasks for its free
+-- slots, in one call and one commit.
+BEGIN;
+
+SET LOCAL ROLE tenure_owner;
+
+CREATE TYPE tenure.task_cycled AS (
+    id          uuid,
+    epoch       bigint,
+    outcome     text,
+    refused     text,
+    kind        text,
+    state       text,
+    data        jsonb,
+    attempts    integer,
+    next_action timestamptz
+);
+COMMENT ON TYPE tenure.task_cycled IS
+    'One row of task_cycle''s answer: a reported outcome (outcome complete, release, fail or extend; refused says why it was not applied, NULL when it was) or a new lease (outcome lease).';
+COMMENT ON COLUMN tenure.task_cycled.id IS 'The task.';
+COMMENT ON COLUMN tenure.task_cycled.epoch IS 'The epoch of the lease the outcome was reported under, or of the new lease.';
+COMMENT ON COLUMN tenure.task_cycled.outcome IS 'complete, release, fail or extend for a reported outcome; lease for a task newly leased to the caller.';
+COMMENT ON COLUMN tenure.task_cycled.refused IS 'Why the outcome was not applied (the lease was lost, no such task); NULL when it was applied, and for new leases.';
+COMMENT ON COLUMN tenure.task_cycled.kind IS 'The kind of the task (NULL for an unknown task).';
+COMMENT ON COLUMN tenure.task_cycled.state IS 'The task''s state after the call (NULL for a refused outcome).';
+COMMENT ON COLUMN tenure.task_cycled.data IS 'New leases: the task''s data; NULL for reported outcomes.';
+COMMENT ON COLUMN tenure.task_cycled.attempts IS 'Failed attempts so far.';
+COMMENT ON COLUMN tenure.task_cycled.next_action IS 'A new or extended lease: when it ends; a release or a failure: when the task is due again (NULL once dead); a completion: NULL.';
+
+-- One outcome of a task_cycle request, as parsed from its JSON.
+CREATE TYPE tenure._task_outcome AS (
+    ord         integer,
+    id          uuid,
+    epoch       bigint,
+    outcome     text,
+    state       text,
+    data        jsonb,
+    delay       interval,
+    error       text,
+    retry_delay interval
+);
+
+COMMIT;

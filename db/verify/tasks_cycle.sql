@@ -1,0 +1,7 @@
+SELECT id, epoch, outcome, refused, kind, state, data, attempts, next_action
+  FROM (SELECT (NULL::tenure.task_cycled).*) t
+ WHERE false;
+
+SELECT ord, id, epoch, outcome, state, data, delay, error, retry_delay
+  FROM (SELECT (NULL::tenure._task_outcome).*) o
+ WHERE false;
