@@ -340,6 +340,8 @@ CREATE OR REPLACE FUNCTION tenure._task_take(
 ) RETURNS SETOF tenure.task_lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- A generic plan cannot see how few rows LIMIT asks for (or which kinds) and scans the table.
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
@@ -738,6 +740,8 @@ CREATE OR REPLACE FUNCTION tenure._task_cycle(
 ) RETURNS SETOF tenure.task_cycled
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- Planning its statements anew for each call would cost more than running them.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz;

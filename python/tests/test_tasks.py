@@ -218,3 +218,78 @@ def test_an_idempotent_enqueue_racing_another_returns_the_winner(connect: Any, b
     racer.join(10)
     assert won.created and len(answers) == 1
     assert answers[0].id == won.id and not answers[0].created
+
+
+def test_the_worker_batches_outcomes_and_leases_into_round_trips(
+    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcomes that finished meanwhile ride in one task_cycle call with the next leases; every
+    task is done exactly once, in one epoch, and each call's outcomes are applied or refused."""
+    driver = Driver(admin)
+    driver.task_enqueue_many([{"kind": "bulk", "data": {"n": n}} for n in range(200)])
+    calls: list[tuple[int, int]] = []  # (outcomes reported, leases asked for) per call
+    real_cycle = Driver.task_cycle
+
+    def counting_cycle(self: Driver, owner: uuid.UUID, **kwargs: Any) -> Any:
+        calls.append((len(kwargs.get("outcomes", ())), kwargs["limit"]))
+        return real_cycle(self, owner, **kwargs)
+
+    monkeypatch.setattr(Driver, "task_cycle", counting_cycle)
+    with TaskWorker(app_conninfo, {"bulk": complete}, concurrency=8, lease=5, poll_interval=0.1) as worker:
+        assert wait_until(lambda: statuses(driver, "bulk") == {"done": 200})
+    assert worker.stats.completed == 200 and worker.stats.discarded == 0
+    reported = [outcomes for outcomes, limit in calls if outcomes]
+    assert sum(reported) == 200
+    assert len(reported) < 200 and max(reported) > 1, f"outcomes were not batched: {reported}"
+    assert all(limit <= 8 for _, limit in calls), "never more leases than free slots"
+    epochs = admin.execute(
+        "SELECT count(*), max(l.epoch) FROM tenure.task_lease_log l JOIN tenure.task t ON t.id = l.task_id "
+        "WHERE t.kind = 'bulk'"
+    ).fetchone()
+    assert epochs == (200, 1), "one lease per task"
+
+
+def test_a_refused_outcome_is_discarded_and_the_rest_of_its_round_trip_applies(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    driver = Driver(admin)
+    (taken,) = driver.task_enqueue_many([{"kind": "contested"}])
+    driver.task_enqueue_many([{"kind": "contested"} for _ in range(5)])
+    other = uuid.uuid4()
+    release = threading.Event()
+
+    def work(task: Task) -> Complete:
+        if task.id == taken.id:
+            driver_b = Driver(admin)
+            driver_b.task_eject(task.id, other, lease=60)  # another instance takes it over
+            release.set()
+        else:
+            release.wait(10)
+        return Complete()
+
+    with TaskWorker(app_conninfo, {"contested": work}, concurrency=6, lease=5, poll_interval=0.1) as worker:
+        assert wait_until(lambda: worker.stats.completed == 5 and worker.stats.discarded == 1)
+    assert worker.stats.lost == 1
+    row = driver.task(taken.id)
+    assert row is not None and (row.status, row.owner, row.epoch) == ("pending", other, 2)
+    assert statuses(driver, "contested") == {"done": 5, "pending": 1}
+
+
+def test_a_bad_outcome_fails_its_own_task_only(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    """An outcome the round trip could not carry (a blank state, data that is not JSON) fails
+    in the processor that made it; the outcomes of the other tasks still apply."""
+    driver = Driver(admin)
+    tasks = driver.task_enqueue_many([{"kind": "odd", "data": {"n": n}} for n in range(6)])
+
+    def work(task: Task) -> Any:
+        if task.data["n"] == 0:
+            return Complete(state=" ")
+        if task.data["n"] == 1:
+            return Complete(data={"not json": {1, 2}})
+        return Complete()
+
+    with TaskWorker(app_conninfo, {"odd": work}, concurrency=6, lease=5, poll_interval=0.1) as worker:
+        assert wait_until(lambda: worker.stats.completed == 4 and worker.stats.failed >= 2)
+    errors = [driver.task(tasks[n].id).last_error or "" for n in (0, 1)]  # type: ignore[union-attr]
+    assert errors[0].startswith("InvalidArgument: Complete: the state must be"), errors
+    assert errors[1].startswith("TypeError: Object of type set"), errors
