@@ -53,6 +53,7 @@ def run_bench(
     kills: int,
     backlogs: list[int],
     workers: list[int],
+    task_concurrency: int,
     task_seconds: float,
     enqueue_batches: list[int],
     wake_tasks: int,
@@ -87,6 +88,7 @@ def run_bench(
                     admin_conninfo,
                     backlog=backlog,
                     workers=workers,
+                    concurrency=task_concurrency,
                     seconds=task_seconds,
                     workdir=workdir,
                 )
@@ -168,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="task worker processes / pgbench clients completing tasks (1,4,8)",
     )
     parser.add_argument(
+        "--task-concurrency",
+        type=int,
+        default=16,
+        help="tasks each task worker process runs at once (--concurrency; 16)",
+    )
+    parser.add_argument(
         "--task-seconds", type=float, default=10.0, help="length of each task completion and enqueue run (10)"
     )
     parser.add_argument(
@@ -225,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         kills=args.kills,
         backlogs=args.backlogs,
         workers=args.task_workers,
+        task_concurrency=args.task_concurrency,
         task_seconds=args.task_seconds,
         enqueue_batches=args.enqueue_batches,
         wake_tasks=args.wake_tasks,

@@ -22,8 +22,16 @@ class PgbenchResult:
 
 
 def pgbench_run(
-    conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path, per_command: bool = False
+    conninfo: str,
+    script: str,
+    *,
+    clients: int,
+    seconds: float,
+    workdir: Path,
+    per_command: bool = False,
+    defines: dict[str, str] | None = None,
 ) -> PgbenchResult:
+    """pgbench running ``script``; ``defines`` are its variables' first values (``--define``)."""
     path = workdir / f"script-{abs(hash(script))}.sql"
     path.write_text(script)
     pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
@@ -41,6 +49,8 @@ def pgbench_run(
     ]
     if per_command:
         command.append("--report-per-command")
+    for name, value in (defines or {}).items():
+        command += ["--define", f"{name}={value}"]
     if conninfo:
         command.append(conninfo)
     result = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -53,8 +63,17 @@ def pgbench_run(
     return PgbenchResult(float(tps.group(1)), float(latency.group(1)), statement_ms)
 
 
-def pgbench_tps(conninfo: str, script: str, *, clients: int, seconds: float, workdir: Path) -> float:
-    return pgbench_run(conninfo, script, clients=clients, seconds=seconds, workdir=workdir).tps
+def pgbench_tps(
+    conninfo: str,
+    script: str,
+    *,
+    clients: int,
+    seconds: float,
+    workdir: Path,
+    defines: dict[str, str] | None = None,
+) -> float:
+    run = pgbench_run(conninfo, script, clients=clients, seconds=seconds, workdir=workdir, defines=defines)
+    return run.tps
 
 
 def percentile(values: list[float], p: float) -> float:

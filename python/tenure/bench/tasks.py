@@ -80,10 +80,25 @@ SELECT tenure.task_complete(':id', {OWNER}, :epoch);
 """
 
 
-CLAIM_RUNS = {  # how -> (table, pgbench script or None for worker processes)
-    "bare": ("tenure_bench.jobs", BARE_CLAIM_SQL),
-    "sql": ("tenure.task", TENURE_CLAIM_SQL),
-    "workers": ("tenure.task", None),
+CYCLE_BATCH = 10  # tasks a pgbench client completes and leases per task_cycle call
+
+
+# A worker's round trip without the Python runtime: each call completes the tasks the
+# previous one leased (their ids and epochs carried in the client's variable :held) and
+# leases as many more, in one call and one commit.
+TENURE_CYCLE_SQL = f"""\
+SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'epoch', epoch, 'outcome', 'complete'))
+                FILTER (WHERE outcome = 'lease'), '[]') AS held,
+       count(*) FILTER (WHERE outcome = 'complete' AND refused IS NULL) AS completed
+  FROM tenure.task_cycle({OWNER}, '30 s', {CYCLE_BATCH}, ARRAY['{TASK_KIND}'], ':held') \\gset
+"""
+
+
+CLAIM_RUNS = {  # how -> (table, pgbench script or None for worker processes, tasks per script run)
+    "bare": ("tenure_bench.jobs", BARE_CLAIM_SQL, 1),
+    "sql": ("tenure.task", TENURE_CLAIM_SQL, 1),
+    "cycle": ("tenure.task", TENURE_CYCLE_SQL, CYCLE_BATCH),
+    "workers": ("tenure.task", None, 1),
 }
 
 
@@ -123,12 +138,15 @@ def wait_started(process: subprocess.Popen[bytes], log_path: Path, *, wait: floa
 
 
 @contextmanager
-def task_workers(conninfo: str, count: int, *options: str, logs: Path) -> Iterator[None]:
-    """``count`` real ``tenure task worker`` processes of tenure.bench.app, one task in flight each,
-    started before the body runs and stopped with SIGTERM when it ends, however it ends."""
+def task_workers(
+    conninfo: str, count: int, *options: str, logs: Path, concurrency: int = 1
+) -> Iterator[None]:
+    """``count`` real ``tenure task worker`` processes of tenure.bench.app, ``concurrency`` tasks
+    in flight each, started before the body runs and stopped with SIGTERM when it ends, however
+    it ends."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
-        *("--module", "tenure.bench.app", "--concurrency", "1", "--lease", "30", *options),
+        *("--module", "tenure.bench.app", "--concurrency", str(concurrency), "--lease", "30", *options),
     ]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -152,10 +170,16 @@ def task_workers(conninfo: str, count: int, *options: str, logs: Path) -> Iterat
 
 
 def worker_rate(
-    admin: psycopg.Connection[Any], conninfo: str, *, workers: int, seconds: float, logs: Path
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    workers: int,
+    concurrency: int,
+    seconds: float,
+    logs: Path,
 ) -> float:
     """Tasks the workers finished per second in a window after warm-up, by the server's clock."""
-    with task_workers(conninfo, workers, "--poll-interval", "0.05", logs=logs):
+    with task_workers(conninfo, workers, "--poll-interval", "0.05", logs=logs, concurrency=concurrency):
         time.sleep(WARM_UP)
         start = server_now(admin)
         time.sleep(seconds)
@@ -173,17 +197,25 @@ def completion_rate(
     *,
     backlog: int,
     clients: int,
+    concurrency: int,
     seconds: float,
     workdir: Path,
 ) -> float:
     """Tasks claimed and completed per second on a fresh backlog, the way ``how`` names."""
-    table, script = CLAIM_RUNS[how]
+    table, script, per_run = CLAIM_RUNS[how]
     fill(admin, table, backlog)
     if script is None:
         logs = workdir / f"workers-{backlog}-{clients}"
-        rate = worker_rate(admin, conninfo, workers=clients, seconds=seconds, logs=logs)
+        rate = worker_rate(
+            admin, conninfo, workers=clients, concurrency=concurrency, seconds=seconds, logs=logs
+        )
     else:
-        rate = pgbench_tps(conninfo, script, clients=clients, seconds=seconds, workdir=workdir)
+        runs = pgbench_tps(
+            conninfo, script, clients=clients, seconds=seconds, workdir=workdir, defines={"held": "[]"}
+        )
+        rate = runs
+        if per_run > 1:  # a call completes what the one before leased: count what got done
+            rate = int(scalar(admin, f"SELECT count(*) FROM {table} WHERE status = 'done'")) / seconds
     if not scalar(admin, f"SELECT EXISTS (SELECT FROM {table} WHERE {UNDONE[table]})"):
         print(f"    ({how}, {clients} clients: the backlog ran out, so the figure is void: raise --backlogs)")
     return rate
@@ -195,24 +227,37 @@ def task_throughput(
     *,
     backlog: int,
     workers: list[int],
+    concurrency: int,
     seconds: float,
     workdir: Path,
 ) -> None:
     print(
         f"  tasks completed per second (acquire + complete, no-op processor), backlog {backlog:,} "
-        f"(INSERT ... SELECT generate_series), {seconds:.0f} s per run:"
+        f"(INSERT ... SELECT generate_series), {seconds:.0f} s per run; the same number of pgbench "
+        f"clients or worker processes (each with --concurrency {concurrency}):"
     )
-    print("    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   tenure task workers")
+    print(
+        "    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   "
+        f"task_cycle by pgbench ({CYCLE_BATCH} per call)   tenure task workers"
+    )
     for count in workers:
-        bare, sql, processes = (
+        bare, sql, cycle, processes = (
             completion_rate(
-                admin, conninfo, how, backlog=backlog, clients=count, seconds=seconds, workdir=workdir
+                admin,
+                conninfo,
+                how,
+                backlog=backlog,
+                clients=count,
+                concurrency=concurrency,
+                seconds=seconds,
+                workdir=workdir,
             )
             for how in CLAIM_RUNS
         )
         print(
             f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
-            f"    {processes:8.0f} /s   {processes / bare:.2f}",
+            f"       {cycle:8.0f} /s   {cycle / bare:.2f}                 {processes:8.0f} /s   "
+            f"{processes / bare:.2f}",
             flush=True,
         )
 
