@@ -331,7 +331,6 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_want integer := 2 * p_limit + 16;
     v_scan integer := 8 * (2 * p_limit + 16);
-    v_walk text[];
     v_scanned bigint;
     v_keys text[];
     v_grants tenure.batch_grant[];
@@ -356,20 +355,26 @@ BEGIN
     -- every key: first the queue's ready keys in order, keeping the caller's, for at most
     -- v_scan of them; if other instances' keys crowd those out, the caller's own keys
     -- (the index claim_key_claimant) instead.
-    SELECT coalesce(array_agg(k.key ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key), '{}'), count(*)
-      INTO v_walk, v_scanned
-      FROM (SELECT k.key, k.last_selected, k.head_at FROM tenure.batch_key k
-             WHERE k.keyspace = p_keyspace AND k.ready
-             ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
-             LIMIT v_scan) k;
-    SELECT coalesce(array_agg(w.key), '{}') INTO v_keys
-      FROM (SELECT w.key
-              FROM unnest(v_walk) WITH ORDINALITY AS w(key, ord)
-              JOIN tenure.claim_key c ON c.keyspace = p_keyspace AND c.key = w.key
-             WHERE c.claimant = p_instance AND c.expires_at >= v_now
-             ORDER BY w.ord
+    -- (claimant IS NOT DISTINCT FROM: p_instance is not NULL, and the claim is read by its
+    -- primary key, one row per key, whatever the planner thinks of claim_key_claimant)
+    SELECT coalesce(array_agg(w.key ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key), '{}') INTO v_keys
+      FROM (SELECT w.key, w.last_selected, w.head_at
+              FROM (SELECT k.key, k.last_selected, k.head_at
+                      FROM tenure.batch_key k
+                     WHERE k.keyspace = p_keyspace AND k.ready
+                     ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
+                     LIMIT v_scan) w
+             WHERE EXISTS (SELECT FROM tenure.claim_key c
+                            WHERE c.keyspace = p_keyspace AND c.key = w.key
+                              AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now)
+             ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key
              LIMIT v_want) w;
-    IF cardinality(v_keys) < v_want AND v_scanned = v_scan THEN
+    IF cardinality(v_keys) < v_want THEN
+        -- fewer than wanted: were all ready keys read, or did other instances' crowd them out?
+        SELECT count(*) INTO v_scanned
+          FROM (SELECT FROM tenure.batch_key k WHERE k.keyspace = p_keyspace AND k.ready LIMIT v_scan) k;
+    END IF;
+    IF cardinality(v_keys) < v_want AND v_scanned >= v_scan THEN
         SELECT coalesce(array_agg(x.key), '{}') INTO v_keys
           FROM (SELECT k.key
                   FROM tenure.claim_key c
@@ -390,15 +395,21 @@ BEGIN
                -- state keys overlap earlier ones
                u.unsettled + CASE coalesce(k.mode, q.mode, 'serial') WHEN 'parallel' THEN greatest(p_depth, 64)
                                                                     ELSE p_depth END AS window_size
+          -- driven by the keys of this call, each row by its primary key (LIMIT 1: never a
+          -- scan of the queue's keys, whatever the planner estimates)
           FROM unnest(v_keys) AS v(key)
-          JOIN tenure.claim_key c ON c.keyspace = p_keyspace AND c.key = v.key
-          JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
-          LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
+          CROSS JOIN LATERAL (SELECT c.key, c.epoch FROM tenure.claim_key c
+                               WHERE c.keyspace = p_keyspace AND c.key = v.key
+                                 AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now
+                               LIMIT 1) c
+          CROSS JOIN LATERAL (SELECT k.last_selected, k.mode, k.implicit_deps FROM tenure.batch_key k
+                               WHERE k.keyspace = p_keyspace AND k.key = v.key
+                               LIMIT 1) k
+          LEFT JOIN tenure.batch_queue q ON q.keyspace = p_keyspace
           CROSS JOIN LATERAL (SELECT count(*) AS unsettled, count(*) FILTER (WHERE x.status = 'invalid') AS invalid
                                 FROM tenure.batch x
-                               WHERE x.keyspace = c.keyspace AND x.key = c.key
+                               WHERE x.keyspace = p_keyspace AND x.key = v.key
                                  AND x.status IN ('pending', 'unknown', 'invalid')) u
-         WHERE c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
                h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid,
