@@ -19,11 +19,16 @@ CREATE TABLE tenure.batch_key (
     implicit_deps boolean,
     next_seq      bigint  NOT NULL DEFAULT 1,
     last_selected timestamptz,
+    ready         boolean NOT NULL DEFAULT false,
+    head_at       timestamptz,
     PRIMARY KEY (keyspace, key),
     FOREIGN KEY (keyspace, key) REFERENCES tenure.claim_key (keyspace, key) ON DELETE CASCADE
 );
 COMMENT ON TABLE tenure.batch_key IS
-    'A key with batches: its own mode and implicit_deps (NULL = the queue''s), the next number of its per-key sequence, assigned under the lock of this row, and when a batch of it was last selected (keys least recently served go first).';
+    'A key with batches: its own mode and implicit_deps (NULL = the queue''s), the next number of its per-key sequence, assigned under the lock of this row, and when a batch of it was last selected (keys least recently served go first). ready and head_at summarize its batches for selection (see tenure._batch_refresh): ready = a batch waits and the key is not plainly blocked (halted by an invalid batch, or serial with a batch pending); head_at = when its first waiting batch was enqueued.';
+-- Selection walks the ready keys of a queue in the order it serves them and stops after
+-- the few it needs: its cost follows what it returns, not the number of keys.
+CREATE INDEX batch_key_ready ON tenure.batch_key (keyspace, last_selected NULLS FIRST, head_at, key) WHERE ready;
 
 -- A batch reaches the external system in the order of seq within its key.
 CREATE TABLE tenure.batch (

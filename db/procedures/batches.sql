@@ -17,6 +17,63 @@ BEGIN
 END
 $$;
 
+-- The selection summary of keys p_keys (batch_key.ready, head_at) from their batches, and
+-- last_selected = p_now for the keys in p_served. The caller holds the rows of p_keys
+-- locked (FOR UPDATE, taken in an earlier statement), so this statement's snapshot sees
+-- every committed change to their batches and no other writer can recompute them meanwhile.
+-- Every change that can make a key selectable (a batch enqueued, resolved, retried or
+-- skipped, a mode changed) goes through here; a change that can only make it less
+-- selectable (a dependency doomed it) may leave ready stale, and the next selection that
+-- considers the key corrects it.
+CREATE OR REPLACE FUNCTION tenure._batch_refresh(
+    p_keyspace text, p_keys text[], p_served text[], p_now timestamptz
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE tenure.batch_key AS k
+       SET ready = s.ready, head_at = s.head_at,
+           last_selected = CASE WHEN s.served THEN p_now ELSE k.last_selected END
+      FROM (SELECT x.key, x.key = ANY (p_served) AS served, h.enqueued_at AS head_at,
+                   h.enqueued_at IS NOT NULL
+                   AND NOT (coalesce(x.implicit_deps, q.implicit_deps, true) AND u.has_invalid)
+                   AND NOT (coalesce(x.mode, q.mode, 'serial') = 'serial' AND u.has_pending) AS ready
+              FROM (SELECT DISTINCT v.key FROM unnest(p_keys) AS v(key)) v
+              JOIN tenure.batch_key x ON x.keyspace = p_keyspace AND x.key = v.key
+              LEFT JOIN tenure.batch_queue q ON q.keyspace = p_keyspace
+              -- per key, from the index batch_unsettled (batches in flight or halting: few)
+              CROSS JOIN LATERAL (SELECT coalesce(bool_or(b.status = 'invalid'), false) AS has_invalid,
+                                         coalesce(bool_or(b.status = 'pending'), false) AS has_pending
+                                    FROM tenure.batch b
+                                   WHERE b.keyspace = p_keyspace AND b.key = x.key
+                                     AND b.status IN ('pending', 'unknown', 'invalid')) u
+              LEFT JOIN LATERAL (SELECT b.enqueued_at FROM tenure.batch b
+                                  WHERE b.keyspace = p_keyspace AND b.key = x.key
+                                    AND b.status NOT IN ('committed', 'skipped')  -- as the index batch_open
+                                    AND b.status IN ('queued', 'unknown')
+                                  ORDER BY b.seq LIMIT 1) h ON true) s
+     WHERE k.keyspace = p_keyspace AND k.key = s.key
+       AND (s.served OR (k.ready, k.head_at) IS DISTINCT FROM (s.ready, s.head_at));
+END
+$$;
+
+-- Locks the batch_key rows of keys p_keys, in key order (as every writer does, so that
+-- two of them never wait for each other in a cycle).
+CREATE OR REPLACE FUNCTION tenure._batch_lock_keys(p_keyspace text, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM 1
+       FROM (SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key)) u
+       JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = u.key
+      ORDER BY k.key
+        FOR UPDATE OF k;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._batch_missing(p_function text, p_keyspace text, p_id uuid)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -35,6 +92,8 @@ CREATE OR REPLACE FUNCTION tenure._batch_configure(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_keys text[];
 BEGIN
     PERFORM tenure._check_name('batch_configure', 'p_keyspace', p_keyspace);
     IF p_mode IS NULL OR p_mode NOT IN ('unconstrained', 'serial', 'parallel') THEN
@@ -48,14 +107,21 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     IF p_key IS NULL THEN
+        -- The keys' summaries depend on the queue's mode: every key is looked at again
+        -- (a rare operator call; it waits for selections in progress).
+        SELECT coalesce(array_agg(k.key), '{}') INTO v_keys FROM tenure.batch_key k WHERE k.keyspace = p_keyspace;
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
         INSERT INTO tenure.batch_queue (keyspace, mode, implicit_deps) VALUES (p_keyspace, p_mode, p_implicit_deps)
         ON CONFLICT (keyspace) DO UPDATE SET mode = excluded.mode, implicit_deps = excluded.implicit_deps;
     ELSE
         PERFORM tenure._check_name('batch_configure', 'p_key', p_key);
         PERFORM tenure._batch_key(p_keyspace, p_key, coalesce(p_now, clock_timestamp()));
+        v_keys := ARRAY[p_key];
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
         UPDATE tenure.batch_key SET mode = p_mode, implicit_deps = p_implicit_deps
          WHERE keyspace = p_keyspace AND key = p_key;
     END IF;
+    PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
 END
 $$;
 
@@ -189,6 +255,8 @@ BEGIN
         RETURNING b.id
     )
     SELECT coalesce(array_agg(x.id), '{}') INTO v_created FROM inserted x, (SELECT count(*) FROM bumped) force_bump;
+    -- A key that had nothing waiting has now (writes only when its summary changes).
+    PERFORM tenure._batch_refresh(p_keyspace, ARRAY(SELECT DISTINCT i.key FROM unnest(v_input) i), '{}', NULL);
     PERFORM pg_notify('tenure_batch', p_keyspace);
 
     RETURN QUERY
@@ -261,7 +329,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_want integer := 2 * p_limit + 16;
+    v_scan integer := 8 * (2 * p_limit + 16);
+    v_scanned bigint;
     v_keys text[];
+    v_grants tenure.batch_grant[];
+    v_open text[];
+    v_served text[];
 BEGIN
     PERFORM tenure._check_name('batch_select', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_select', 'p_instance', p_instance);
@@ -274,33 +348,44 @@ BEGIN
             quote_nullable(p_depth), 'Pass 1 for one round (the oldest eligible batch of every key) or k rounds.');
     END IF;
     PERFORM tenure._durable();
-    -- The keys this call considers: held keys with a batch waiting that are not plainly
-    -- blocked (halted, or serial with a batch in flight), least recently served first, then
-    -- oldest waiting; a few more than p_limit of them, so that a call costs about the same
-    -- with thousands of keys as with a few.
-    SELECT array_agg(x.key ORDER BY x.key) INTO v_keys
-      FROM (SELECT c.key
-              FROM tenure.claim_key c
-              JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
-              LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
-             CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE x.status = 'pending') AS pending,
-                                        count(*) FILTER (WHERE x.status = 'invalid') AS invalid
-                                   FROM tenure.batch x
-                                  WHERE x.keyspace = c.keyspace AND x.key = c.key
-                                    AND x.status IN ('pending', 'unknown', 'invalid')) u
-             CROSS JOIN LATERAL (SELECT b.enqueued_at FROM tenure.batch b
-                                  WHERE b.keyspace = c.keyspace AND b.key = c.key
-                                    AND b.status NOT IN ('committed', 'skipped') AND b.status IN ('queued', 'unknown')
-                                  ORDER BY b.seq LIMIT 1) w
-             WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now
-               AND NOT (coalesce(k.implicit_deps, q.implicit_deps, true) AND u.invalid > 0)
-               AND NOT (coalesce(k.mode, q.mode, 'serial') = 'serial' AND u.pending > 0)
-             ORDER BY k.last_selected NULLS FIRST, w.enqueued_at, c.key
-             LIMIT 2 * p_limit + 16) x;
-    -- Serialize with enqueues and other selections of the same keys.
-    PERFORM 1 FROM tenure.batch_key k WHERE k.keyspace = p_keyspace AND k.key = ANY (v_keys) ORDER BY k.key FOR UPDATE;
+    -- The keys this call considers: held keys that are ready (a batch waits and the key is
+    -- not plainly blocked: halted, or serial with a batch in flight), least recently served
+    -- first, then oldest waiting; a few more than p_limit of them. They are read from the
+    -- index batch_key_ready in that order, so a call reads about the keys it returns, not
+    -- every key: first the queue's ready keys in order, keeping the caller's, for at most
+    -- v_scan of them; if other instances' keys crowd those out, the caller's own keys
+    -- (the index claim_key_claimant) instead.
+    -- (claimant IS NOT DISTINCT FROM: p_instance is not NULL, and the claim is read by its
+    -- primary key, one row per key, whatever the planner thinks of claim_key_claimant)
+    SELECT coalesce(array_agg(w.key ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key), '{}') INTO v_keys
+      FROM (SELECT w.key, w.last_selected, w.head_at
+              FROM (SELECT k.key, k.last_selected, k.head_at
+                      FROM tenure.batch_key k
+                     WHERE k.keyspace = p_keyspace AND k.ready
+                     ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
+                     LIMIT v_scan) w
+             WHERE EXISTS (SELECT FROM tenure.claim_key c
+                            WHERE c.keyspace = p_keyspace AND c.key = w.key
+                              AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now)
+             ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key
+             LIMIT v_want) w;
+    IF cardinality(v_keys) < v_want THEN
+        -- fewer than wanted: were all ready keys read, or did other instances' crowd them out?
+        SELECT count(*) INTO v_scanned
+          FROM (SELECT FROM tenure.batch_key k WHERE k.keyspace = p_keyspace AND k.ready LIMIT v_scan) k;
+    END IF;
+    IF cardinality(v_keys) < v_want AND v_scanned >= v_scan THEN
+        SELECT coalesce(array_agg(x.key), '{}') INTO v_keys
+          FROM (SELECT k.key
+                  FROM tenure.claim_key c
+                  JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
+                 WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now AND k.ready
+                 ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
+                 LIMIT v_want) x;
+    END IF;
+    -- Serialize with enqueues, resolutions and other selections of the same keys.
+    PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
 
-    RETURN QUERY
     WITH held AS (
         SELECT c.key, c.epoch, k.last_selected, coalesce(k.mode, q.mode, 'serial') AS mode,
                coalesce(k.implicit_deps, q.implicit_deps, true) AS implicit_deps,
@@ -310,14 +395,21 @@ BEGIN
                -- state keys overlap earlier ones
                u.unsettled + CASE coalesce(k.mode, q.mode, 'serial') WHEN 'parallel' THEN greatest(p_depth, 64)
                                                                     ELSE p_depth END AS window_size
-          FROM tenure.claim_key c
-          JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
-          LEFT JOIN tenure.batch_queue q ON q.keyspace = c.keyspace
+          -- driven by the keys of this call, each row by its primary key (LIMIT 1: never a
+          -- scan of the queue's keys, whatever the planner estimates)
+          FROM unnest(v_keys) AS v(key)
+          CROSS JOIN LATERAL (SELECT c.key, c.epoch FROM tenure.claim_key c
+                               WHERE c.keyspace = p_keyspace AND c.key = v.key
+                                 AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now
+                               LIMIT 1) c
+          CROSS JOIN LATERAL (SELECT k.last_selected, k.mode, k.implicit_deps FROM tenure.batch_key k
+                               WHERE k.keyspace = p_keyspace AND k.key = v.key
+                               LIMIT 1) k
+          LEFT JOIN tenure.batch_queue q ON q.keyspace = p_keyspace
           CROSS JOIN LATERAL (SELECT count(*) AS unsettled, count(*) FILTER (WHERE x.status = 'invalid') AS invalid
                                 FROM tenure.batch x
-                               WHERE x.keyspace = c.keyspace AND x.key = c.key
+                               WHERE x.keyspace = p_keyspace AND x.key = v.key
                                  AND x.status IN ('pending', 'unknown', 'invalid')) u
-         WHERE c.keyspace = p_keyspace AND c.key = ANY (v_keys) AND c.claimant = p_instance AND c.expires_at >= v_now
     ), open AS (
         SELECT b.id, b.key, b.seq, b.status, b.state_keys, b.depends_on, b.enqueued_at, b.claim_epoch,
                h.epoch, h.last_selected, h.mode, h.implicit_deps, h.has_invalid,
@@ -392,9 +484,6 @@ BEGIN
          WHERE e.round <= p_depth
          ORDER BY e.round, e.last_selected NULLS FIRST, e.key_age, e.key
          LIMIT p_limit
-    ), served AS (
-        UPDATE tenure.batch_key AS k SET last_selected = v_now
-         WHERE k.keyspace = p_keyspace AND k.key IN (SELECT c.key FROM chosen c)
     ), submitted AS (
         UPDATE tenure.batch AS b
            SET status = 'pending', attempts = b.attempts + 1, submitted_at = v_now, submitter = p_instance,
@@ -403,10 +492,20 @@ BEGIN
          WHERE b.id = c.id
         RETURNING b.id, b.key, b.seq, b.payload, b.state_keys, b.attempts, b.claim_epoch, c.round
     )
-    SELECT s.id, s.key, s.seq, s.payload, s.state_keys, s.attempts, s.claim_epoch, s.round::integer
+    SELECT coalesce(array_agg((s.id, s.key, s.seq, s.payload, s.state_keys, s.attempts, s.claim_epoch,
+                               s.round::integer)::tenure.batch_grant
+                              ORDER BY s.round, e.last_selected NULLS FIRST, e.key_age, s.key), '{}'),
+           (SELECT coalesce(array_agg(DISTINCT x.key), '{}') FROM eligible x)
+      INTO v_grants, v_open
       FROM submitted s
-      JOIN eligible e ON e.id = s.id
-     ORDER BY s.round, e.last_selected NULLS FIRST, e.key_age, s.key;
+      JOIN eligible e ON e.id = s.id;
+    -- The chosen keys were served now and get their summary from what they have now; so do
+    -- the keys looked at that had nothing eligible (their summary may be stale: a key that
+    -- turned out blocked leaves the walk until a change frees it). The others are unchanged.
+    v_served := ARRAY(SELECT DISTINCT g.key FROM unnest(v_grants) g);
+    PERFORM tenure._batch_refresh(p_keyspace, v_served || ARRAY(SELECT unnest(v_keys) EXCEPT SELECT unnest(v_open)),
+                                  v_served, v_now);
+    RETURN QUERY SELECT * FROM unnest(v_grants);
 END
 $$;
 
@@ -425,7 +524,8 @@ Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or
 
 -- Resolution by the monitor, and operator repairs ----------------------------------------
 
-CREATE OR REPLACE FUNCTION tenure._batch_resolve(
+-- One resolution; the caller holds the lock of the batch's key and refreshes its summary.
+CREATE OR REPLACE FUNCTION tenure._batch_resolve_one(
     p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz
 ) RETURNS text
 LANGUAGE plpgsql
@@ -481,6 +581,25 @@ BEGIN
 END
 $$;
 
+-- The batch's key is locked first, as selection locks it before its batches: the summary
+-- of the key is then recomputed from what this transaction sees after the lock.
+CREATE OR REPLACE FUNCTION tenure._batch_resolve(
+    p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_keys text[] := ARRAY(SELECT b.key FROM tenure.batch b WHERE b.id = p_id AND b.keyspace = p_keyspace);
+    v_status text;
+BEGIN
+    PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
+    v_status := tenure._batch_resolve_one(p_keyspace, p_instance, p_id, p_epoch, p_status, p_detail, p_now);
+    PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
+    RETURN v_status;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure.batch_resolve(
     p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text DEFAULT NULL
 ) RETURNS text
@@ -503,6 +622,7 @@ AS $$
 DECLARE
     v_item record;
     v_count integer := 0;
+    v_keys text[];
 BEGIN
     -- Checked here too: an empty array reaches no batch_resolve to check them.
     PERFORM tenure._check_name('batch_resolve_many', 'p_keyspace', p_keyspace);
@@ -513,6 +633,12 @@ BEGIN
             'Pass [{"id": "<uuid>", "epoch": 3, "status": "committed"}, ...]; optional: detail.');
     END IF;
     BEGIN
+        -- The keys first, in key order, as selection and every other writer lock them.
+        SELECT coalesce(array_agg(DISTINCT b.key), '{}') INTO v_keys
+          FROM jsonb_array_elements(p_resolutions) AS e(item)
+          JOIN tenure.batch b ON b.keyspace = p_keyspace
+                             AND b.id = (CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ->> 'id' END)::uuid;
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
         -- In id order, so that two callers lock the same batches in the same order.
         FOR v_item IN
             SELECT e.ord, r.id, r.epoch, r.status, r.detail, jsonb_typeof(e.item) = 'object' AS is_object
@@ -526,10 +652,11 @@ BEGIN
                     'needs an object with id and epoch', 'see the resolution at that position',
                     'Fix that resolution; nothing was resolved.');
             END IF;
-            PERFORM tenure._batch_resolve(p_keyspace, p_instance, v_item.id, v_item.epoch, v_item.status,
-                                          v_item.detail, p_now);
+            PERFORM tenure._batch_resolve_one(p_keyspace, p_instance, v_item.id, v_item.epoch, v_item.status,
+                                              v_item.detail, p_now);
             v_count := v_count + 1;
         END LOOP;
+        PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
     EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range OR datatype_mismatch THEN
         PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions', 'has a value of the wrong type',
             SQLERRM, 'id must be a uuid, epoch an integer, status and detail strings.');
@@ -555,16 +682,22 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_keys text[];
 BEGIN
     PERFORM tenure._check_name(p_function, 'p_keyspace', p_keyspace);
     IF p_id IS NULL THEN
         PERFORM tenure._invalid_argument(p_function, 'p_id', 'must not be NULL', NULL, 'Pass the id of an invalid batch.');
     END IF;
     PERFORM tenure._durable();
+    -- The key first, as selection locks it before its batches; then its summary.
+    v_keys := ARRAY(SELECT b.key FROM tenure.batch b WHERE b.id = p_id AND b.keyspace = p_keyspace);
+    PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
     UPDATE tenure.batch
        SET status = p_status, resolved_at = CASE WHEN p_status = 'queued' THEN NULL ELSE resolved_at END
      WHERE id = p_id AND keyspace = p_keyspace AND status = 'invalid';
     IF FOUND THEN
+        PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
         PERFORM pg_notify('tenure_batch', p_keyspace);
         RETURN true;
     END IF;

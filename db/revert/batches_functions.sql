@@ -9,6 +9,7 @@ DROP FUNCTION tenure.batch_resolve_many(text, uuid, jsonb);
 DROP FUNCTION tenure._batch_resolve_many(text, uuid, jsonb, timestamptz);
 DROP FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text);
 DROP FUNCTION tenure._batch_resolve(text, uuid, uuid, bigint, text, text, timestamptz);
+DROP FUNCTION tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz);
 DROP FUNCTION tenure.batch_select(text, uuid, integer, integer);
 DROP FUNCTION tenure._batch_select(text, uuid, integer, integer, timestamptz);
 DROP FUNCTION tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid);
@@ -18,5 +19,7 @@ DROP FUNCTION tenure.batch_configure(text, text, boolean, text);
 DROP FUNCTION tenure._batch_configure(text, text, boolean, text, timestamptz);
 DROP FUNCTION tenure._batch_key(text, text, timestamptz);
 DROP FUNCTION tenure._batch_missing(text, text, uuid);
+DROP FUNCTION tenure._batch_lock_keys(text, text[]);
+DROP FUNCTION tenure._batch_refresh(text, text[], text[], timestamptz);
 
 COMMIT;

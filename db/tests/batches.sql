@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(189);
+SELECT plan(226);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -472,6 +472,10 @@ SELECT results_eq(
     'it is enqueued as invalid');
 SELECT is(pg_temp.sel('deps', '00000000-0000-0000-0000-00000000000a', 100, 3, '2001-01-10 01:00:06+00'), '',
     'no invalid batch is selected, and the halted keys C, D, G give nothing');
+SELECT results_eq(
+    $$SELECT key, ready FROM tenure.batch_key WHERE keyspace = 'deps' AND key IN ('C', 'D', 'G') ORDER BY key$$,
+    $$VALUES ('C', false), ('D', false), ('G', false)$$,
+    'keys a dependency doomed leave the walk once a selection has looked at them (G at once: enqueued invalid)');
 
 -- Two instances, errors, pending ('two', serial, T = 2001-01-11) ----------------------------------
 SELECT is(
@@ -587,6 +591,98 @@ SELECT results_eq(
     $$VALUES ('committed', NULL), ('invalid', 'rejected'), ('queued', NULL)$$,
     'each as told; M2 still queued');
 SELECT is(pg_temp.res_many('[]', '2001-01-20 01:00:03+00'), 0, 'an empty array resolves nothing');
+
+-- What selection walks: batch_key.ready and head_at ('ready', serial, T = 2001-01-22) -------------------
+CREATE FUNCTION pg_temp.ready(p_ks text) RETURNS text
+LANGUAGE sql
+AS $$
+    SELECT string_agg(key || ':' || CASE WHEN ready THEN 'ready' ELSE '-' END || ':'
+                      || coalesce(to_char(head_at AT TIME ZONE 'UTC', 'SS'), '-'), ' ' ORDER BY key)
+      FROM tenure.batch_key WHERE keyspace = p_ks
+$$;
+SELECT is(
+    ARRAY[pg_temp.enq('ready', 'A', 1501, '2001-01-22 00:00:01+00'), pg_temp.enq('ready', 'A', 1502, '2001-01-22 00:00:02+00'),
+          pg_temp.enq('ready', 'B', 1503, '2001-01-22 00:00:03+00')],
+    ARRAY[1, 2, 1]::bigint[], 'A twice, B once');
+SELECT is(pg_temp.ready('ready'), 'A:ready:01 B:ready:03',
+    'an enqueue makes its key ready, with when its first waiting batch was enqueued');
+SELECT is(
+    ARRAY(SELECT key FROM tenure._claim_take('ready', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                             '2001-01-22 00:01:00+00') ORDER BY key),
+    ARRAY['A', 'B'], 'instance a takes A and B');
+SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 01:00:00+00'), 'A1/1 B1/1',
+    'A1 and B1 are selected');
+SELECT is(pg_temp.ready('ready'), 'A:-:02 B:-:-',
+    'serial: a key with a batch pending is not ready; its head moves on (B has nothing waiting)');
+SELECT results_eq($$SELECT count(*) FROM tenure.batch_key WHERE keyspace = 'ready' AND last_selected = '2001-01-22 01:00:00+00'$$,
+    $$VALUES (2::bigint)$$, 'both keys were served then');
+SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1501, 'committed', '2001-01-22 01:00:01+00'),
+    'committed', 'A1 is committed');
+SELECT is(pg_temp.ready('ready'), 'A:ready:02 B:-:-', 'a commit makes a serial key ready again');
+SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1503, 'unknown', '2001-01-22 01:00:02+00'),
+    'unknown', 'the ledger lost B1');
+SELECT is(pg_temp.ready('ready'), 'A:ready:02 B:ready:03', 'a batch marked unknown waits again: its key is ready');
+SELECT lives_ok($$SELECT tenure._batch_configure('ready', 'unconstrained', true, NULL, '2001-01-22 01:00:03+00')$$,
+    'the queue turns unconstrained');
+SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 01:00:04+00'), 'A2/1 B1/1',
+    'A2 and B1 again (both served last at 01:00:00; A waits since 2 s, B since 3 s)');
+SELECT is(pg_temp.enq('ready', 'A', 1504, '2001-01-22 00:00:05+00'), 3::bigint, 'A3 is enqueued');
+SELECT is(pg_temp.ready('ready'), 'A:ready:05 B:-:-', 'unconstrained: a key with a batch pending is still ready');
+SELECT lives_ok($$SELECT tenure._batch_configure('ready', 'serial', true, 'A', '2001-01-22 01:00:06+00')$$,
+    'key A alone turns serial');
+SELECT is(pg_temp.ready('ready'), 'A:-:05 B:-:-', 'a mode change is reflected at once: A has A2 pending');
+SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1502, 'committed', '2001-01-22 01:00:07+00'),
+    'committed', 'A2 is committed');
+SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 01:00:08+00'), 'A3/1',
+    'A3 is selected');
+SELECT is(pg_temp.enq('ready', 'A', 1505, '2001-01-22 00:00:09+00'), 4::bigint, 'A4 is enqueued');
+SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1504, 'invalid', '2001-01-22 01:00:10+00'),
+    'invalid', 'A3 is invalid');
+SELECT is(pg_temp.ready('ready'), 'A:-:09 B:-:-', 'an invalid batch halts its key: not ready');
+SELECT ok(tenure.batch_skip('ready', pg_temp.u(1504)), 'an operator skips A3');
+SELECT is(pg_temp.ready('ready'), 'A:ready:09 B:-:-', 'a skip makes the key ready again');
+SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 01:00:11+00'), 'A4/1',
+    'and A4 goes');
+SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1505, 'invalid', '2001-01-22 01:00:12+00'),
+    'invalid', 'A4 is invalid too');
+SELECT ok(tenure.batch_retry('ready', pg_temp.u(1505)), 'an operator queues A4 again');
+SELECT is(pg_temp.ready('ready'), 'A:ready:09 B:-:-', 'a retry makes the key ready again');
+
+-- Selection reads the keys it returns ('crowd', unconstrained, T = 2001-01-23) ---------------------------
+SELECT lives_ok($$SELECT tenure._batch_configure('crowd', 'unconstrained', true, NULL, '2001-01-23 00:00:00+00')$$,
+    'crowd queue is unconstrained');
+SELECT is(
+    (SELECT count(*) FROM generate_series(1, 150) n,
+         LATERAL tenure._batch_enqueue_many('crowd',
+             jsonb_build_array(jsonb_build_object('key', format('K%s', lpad(n::text, 3, '0')), 'payload', 'eA==')),
+             '2001-01-23 00:00:00+00'::timestamptz + n * interval '1 s', 'batch_enqueue_many')),
+    150::bigint, 'one batch for each of 150 keys, K001 oldest');
+SELECT is(
+    (SELECT count(*) FROM tenure._claim_take('crowd', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                             '2001-01-23 00:01:00+00')),
+    150::bigint, 'instance a takes all 150');
+SELECT is(pg_temp.enq('crowd', 'Z', 1601, '2001-01-23 00:02:00+00'), 1::bigint, 'a 151st key, Z, waits latest');
+SELECT is(
+    ARRAY(SELECT key FROM tenure._claim_take('crowd', '00000000-0000-0000-0000-00000000000b', '1 day', NULL,
+                                             '2001-01-23 00:03:00+00')),
+    ARRAY['Z'], 'instance b takes Z, the only key left');
+-- statistics as autovacuum keeps them (without any, the planner takes 150 keys for 2)
+ANALYZE tenure.batch, tenure.batch_key, tenure.claim_key;
+CREATE TEMP TABLE reads AS
+SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n
+  FROM pg_stat_xact_user_tables WHERE schemaname = 'tenure' AND relname IN ('batch', 'claim_key');
+SELECT is(pg_temp.sel('crowd', '00000000-0000-0000-0000-00000000000a', 1, 1, '2001-01-23 01:00:00+00'), 'K0011/1',
+    'a gets its key waiting longest');
+SELECT cmp_ok(
+    (SELECT sum(t.coalesce_n) FROM (SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) - r.n AS coalesce_n
+                                      FROM pg_stat_xact_user_tables s JOIN reads r USING (relname)
+                                     WHERE s.schemaname = 'tenure' AND relname IN ('batch', 'claim_key')) t),
+    '<', 150::numeric,
+    'a selection of one batch among 150 ready keys probes fewer batches and claims than there are keys');
+SELECT is(pg_temp.sel('crowd', '00000000-0000-0000-0000-00000000000b', 1, 1, '2001-01-23 01:00:01+00'), 'Z1/1',
+    'b gets Z though 150 keys of a come before it in the walk (b''s own keys are read instead)');
+SELECT is(pg_temp.sel('crowd', '00000000-0000-0000-0000-00000000000b', 1, 1, '2001-01-23 01:00:02+00'), '',
+    'then nothing for b');
 
 -- Least privilege: the worker role calls functions and reads the view, nothing else -------------------
 SET LOCAL ROLE tenure_worker;

@@ -1,7 +1,7 @@
 DO $$
 BEGIN
     PERFORM keyspace, mode, implicit_deps FROM tenure.batch_queue WHERE false;
-    PERFORM keyspace, key, mode, implicit_deps, next_seq, last_selected FROM tenure.batch_key WHERE false;
+    PERFORM keyspace, key, mode, implicit_deps, next_seq, last_selected, ready, head_at FROM tenure.batch_key WHERE false;
     PERFORM id, keyspace, key, seq, payload, status, state_keys, depends_on, attempts, enqueued_at,
             submitted_at, resolved_at, submitter, claim_epoch, detail
        FROM tenure.batch WHERE false;
