@@ -364,9 +364,9 @@ BEGIN
                      WHERE k.keyspace = p_keyspace AND k.ready
                      ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
                      LIMIT v_scan) w
-             WHERE EXISTS (SELECT FROM tenure.claim_key c
-                            WHERE c.keyspace = p_keyspace AND c.key = w.key
-                              AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now)
+             -- a scalar subquery, not EXISTS: a join could read every claim of the keyspace
+             WHERE (SELECT c.claimant FROM tenure.claim_key c
+                     WHERE c.keyspace = p_keyspace AND c.key = w.key AND c.expires_at >= v_now) = p_instance
              ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key
              LIMIT v_want) w;
     IF cardinality(v_keys) < v_want THEN
