@@ -101,6 +101,7 @@ BEGIN
     UPDATE tenure.claim_instance
        SET expires_at = v_now + (expires_at - renewed_at), renewed_at = v_now
      WHERE expires_at >= v_now - (expires_at - renewed_at);
+    UPDATE tenure.claim_instance SET held_until = NULL WHERE held_until IS NOT NULL;  -- claims re-based: recount
     INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)
     VALUES (coalesce(v_current.generation, 0) + 1, v_timeline, v_system, v_now);
 END

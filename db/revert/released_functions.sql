@@ -9,6 +9,7 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/claims@v0.1.0.sql
 
 -- Functions that came after v0.1.0.
+DROP FUNCTION tenure._claim_held(text, uuid, timestamptz);
 DROP FUNCTION tenure._follow_server(timestamptz);
 DROP FUNCTION tenure._on_primary();
 DROP FUNCTION tenure._blank(text);
