@@ -33,17 +33,25 @@ RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_live bigint;
-    v_keys bigint;
 BEGIN
     INSERT INTO tenure.claim_instance AS i (keyspace, instance_id, renewed_at, expires_at)
     VALUES (p_keyspace, p_instance, p_now, p_now + p_expiry)
     ON CONFLICT (keyspace, instance_id) DO UPDATE SET renewed_at = excluded.renewed_at, expires_at = excluded.expires_at;
-    SELECT count(*) INTO v_live FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at >= p_now;
-    SELECT coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0) INTO v_keys;
-    RETURN ceil(v_keys::numeric / greatest(v_live, 1))::integer;
+    RETURN tenure._claim_share(p_keyspace, p_instance, p_now);
 END
+$$;
+
+-- The fair share in a keyspace at p_now, the caller p_instance counted as live: its
+-- registered keys / its live instances, rounded up.
+CREATE OR REPLACE FUNCTION tenure._claim_share(p_keyspace text, p_instance uuid, p_now timestamptz)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ceil(coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0)::numeric
+                / greatest((SELECT count(*) FROM tenure.claim_instance i
+                             WHERE i.keyspace = p_keyspace AND (i.expires_at >= p_now OR i.instance_id = p_instance)), 1)
+           )::integer
 $$;
 
 -- How many live claims the caller holds at p_now. Its cache in claim_instance answers
@@ -65,7 +73,7 @@ BEGIN
     IF v_instance.held_at <= p_now AND p_now <= v_instance.held_until THEN
         RETURN v_instance.held_count;
     END IF;
-    SELECT count(*) FILTER (WHERE k.expires_at >= p_now), coalesce(min(k.expires_at), 'infinity')
+    SELECT (count(*) FILTER (WHERE k.expires_at >= p_now))::integer, coalesce(min(k.expires_at), 'infinity')
       INTO v_count, v_until
       FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
     UPDATE tenure.claim_instance SET held_count = v_count, held_at = p_now, held_until = v_until
@@ -162,22 +170,40 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_share integer;
     v_trusted boolean;
+    v_count integer;
     v_keys text[];
     v_epochs bigint[];
     v_claimed timestamptz[];
-    v_excess text[] := '{}';
+    v_excess text[] := '{}'::text[];
     v_until timestamptz;
 BEGIN
     PERFORM tenure._check_claimer('claim_renew', p_keyspace, p_instance, p_expiry);
     PERFORM tenure._durable();
     v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
-    -- A cache that vouches for now: every key the caller claims is live.
-    SELECT coalesce(i.held_at <= v_now AND v_now <= i.held_until, false) INTO v_trusted
+    -- A cache that vouches for now: every key the caller claims is live, and they are
+    -- held_count keys.
+    SELECT coalesce(i.held_at <= v_now AND v_now <= i.held_until, false), i.held_count INTO v_trusted, v_count
       FROM tenure.claim_instance i WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance;
-    -- Extend every claim the caller still holds, in one pass over its keys, writing
-    -- expires_at alone (no indexed column: the new row versions stay on their page as
-    -- HOT updates). The WHERE is checked again on each row as it is once locked: a
-    -- take that committed meanwhile made the key someone else's.
+    IF v_trusted AND v_count <= v_share THEN
+        -- Nothing to give up: extend every claim the caller holds, in one pass over its
+        -- keys, writing expires_at alone (no indexed column: the new row versions stay
+        -- on their page as HOT updates). The WHERE is checked again on each row as it
+        -- is once locked: a take that committed meanwhile made the key someone else's.
+        RETURN QUERY
+        WITH renewed AS (
+            UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
+             WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+            RETURNING k.key, k.epoch, k.expires_at
+        )
+        SELECT r.key, r.epoch, r.expires_at, 'renewed' FROM renewed r ORDER BY r.key;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        UPDATE tenure.claim_instance
+           SET held_count = v_count, held_at = v_now,
+               held_until = CASE WHEN v_count > 0 THEN v_now + p_expiry ELSE 'infinity' END
+         WHERE keyspace = p_keyspace AND instance_id = p_instance;
+        RETURN;
+    END IF;
+    -- Otherwise the same pass, then the keys above the fair share are given up.
     WITH renewed AS (
         UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
          WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
@@ -207,11 +233,13 @@ BEGIN
     UPDATE tenure.claim_instance
        SET held_count = cardinality(v_keys) - cardinality(v_excess), held_at = v_now, held_until = v_until
      WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    -- Ranked again rather than looked up in v_excess: no quadratic pass.
     RETURN QUERY
     SELECT u.key, u.epoch,
-           CASE WHEN u.key = ANY (v_excess) THEN NULL ELSE v_now + p_expiry END,
-           CASE WHEN u.key = ANY (v_excess) THEN 'released' ELSE 'renewed' END
-      FROM unnest(v_keys, v_epochs) AS u(key, epoch)
+           CASE WHEN u.rank > v_share THEN NULL ELSE v_now + p_expiry END,
+           CASE WHEN u.rank > v_share THEN 'released' ELSE 'renewed' END
+      FROM (SELECT a.key, a.epoch, row_number() OVER (ORDER BY a.claimed_at, a.key) AS rank
+              FROM unnest(v_keys, v_epochs, v_claimed) AS a(key, epoch, claimed_at)) u
      ORDER BY u.key;
 END
 $$;
@@ -238,11 +266,12 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_share integer;
     v_held integer;
-    v_room bigint;
+    v_room integer;
     v_suspects uuid[];
     v_keys text[];
     v_epochs bigint[];
     v_expiries timestamptz[];
+    v_since timestamptz[];
     v_previous uuid[];
 BEGIN
     PERFORM tenure._check_claimer('claim_take', p_keyspace, p_instance, p_expiry);
@@ -281,32 +310,47 @@ BEGIN
            AND NOT EXISTS (SELECT FROM tenure.claim_instance i
                             WHERE i.keyspace = p_keyspace AND i.instance_id = c.claimant
                               AND i.held_at <= v_now AND v_now <= i.held_until));
-    -- Free keys come from their own index, expired ones from the suspects' keys. Claim
-    -- times are read after the row lock: a key whose holder is writing under
-    -- claim_fence is skipped until that write committed.
-    WITH free AS (
-        SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since, k.claimant AS previous
-          FROM tenure.claim_key k
-         WHERE k.keyspace = p_keyspace
-           AND (k.claimant IS NULL OR (k.claimant = ANY (v_suspects) AND k.expires_at < v_now))
-         ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
-         LIMIT v_room
-           FOR UPDATE SKIP LOCKED
-    ), taken AS (
+    -- Free keys come from their own index (claim_key_free, in the order taken),
+    -- expired ones from the suspects' keys. The rows are locked as they are chosen,
+    -- skipping locked ones: a key whose holder is writing under claim_fence is skipped
+    -- until that write committed. With suspects the statement is planned for the
+    -- claimants at hand (a generic plan would scan the keyspace).
+    IF cardinality(v_suspects) = 0 THEN
+        SELECT coalesce(array_agg(c.key), '{}'), array_agg(c.unclaimed_since)
+          INTO v_keys, v_since
+          FROM (SELECT k.key, k.unclaimed_since FROM tenure.claim_key k
+                 WHERE k.keyspace = p_keyspace AND k.claimant IS NULL
+                 ORDER BY k.unclaimed_since, k.key
+                 LIMIT v_room
+                   FOR UPDATE SKIP LOCKED) c;
+    ELSE
+        EXECUTE $q$
+            SELECT coalesce(array_agg(c.key), '{}'), array_agg(c.since), array_agg(c.previous)
+              FROM (SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since, k.claimant AS previous
+                      FROM tenure.claim_key k
+                     WHERE k.keyspace = $1
+                       AND (k.claimant IS NULL OR (k.claimant = ANY ($2) AND k.expires_at < $3))
+                     ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
+                     LIMIT $4
+                       FOR UPDATE SKIP LOCKED) c
+        $q$ INTO v_keys, v_since, v_previous USING p_keyspace, v_suspects, v_now, v_room;
+    END IF;
+    -- Claim times are read after the row locks.
+    WITH taken AS (
         UPDATE tenure.claim_key AS k
            SET claimant = p_instance, epoch = k.epoch + 1, unclaimed_since = NULL,
                claimed_at = coalesce(p_now, clock_timestamp()),
                expires_at = coalesce(p_now, clock_timestamp()) + p_expiry
-          FROM free
-         WHERE k.keyspace = p_keyspace AND k.key = free.key
-        RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, free.since, free.previous
+          FROM unnest(v_keys, v_since) AS c(key, since)
+         WHERE k.keyspace = p_keyspace AND k.key = c.key
+        RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, c.since
     ), logged AS (
         INSERT INTO tenure.claim_log (keyspace, key, epoch, claimant, claimed_at, unclaimed_since)
         SELECT p_keyspace, t.key, t.epoch, p_instance, t.claimed_at, t.since FROM taken t
     )
     SELECT coalesce(array_agg(t.key ORDER BY t.key), '{}'), array_agg(t.epoch ORDER BY t.key),
-           array_agg(t.expires_at ORDER BY t.key), array_agg(DISTINCT t.previous) FILTER (WHERE t.previous IS NOT NULL)
-      INTO v_keys, v_epochs, v_expiries, v_previous
+           array_agg(t.expires_at ORDER BY t.key)
+      INTO v_keys, v_epochs, v_expiries
       FROM taken t;
     IF cardinality(v_keys) > 0 THEN
         -- The caller's cache counts the new claims; the instances whose expired claims

@@ -10,6 +10,7 @@ SET LOCAL ROLE tenure_owner;
 
 -- Functions that came after v0.1.0.
 DROP FUNCTION tenure._claim_held(text, uuid, timestamptz);
+DROP FUNCTION tenure._claim_share(text, uuid, timestamptz);
 DROP FUNCTION tenure._follow_server(timestamptz);
 DROP FUNCTION tenure._on_primary();
 DROP FUNCTION tenure._blank(text);
