@@ -45,13 +45,15 @@ $$;
 -- registered keys / its live instances, rounded up.
 CREATE OR REPLACE FUNCTION tenure._claim_share(p_keyspace text, p_instance uuid, p_now timestamptz)
 RETURNS integer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE  -- not sql: a SQL function with SET is parsed and planned again on every call
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ceil(coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0)::numeric
+BEGIN
+    RETURN ceil(coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0)::numeric
                 / greatest((SELECT count(*) FROM tenure.claim_instance i
                              WHERE i.keyspace = p_keyspace AND (i.expires_at >= p_now OR i.instance_id = p_instance)), 1)
-           )::integer
+           )::integer;
+END
 $$;
 
 -- How many live claims the caller holds at p_now. Its cache in claim_instance answers
@@ -244,11 +246,13 @@ BEGIN
 END
 $$;
 
+-- The hot wrappers are PL/pgSQL, not SQL: a SQL function with SET (search_path) is
+-- parsed and planned again on every call, which cost more than the call's own work.
 CREATE OR REPLACE FUNCTION tenure.claim_renew(p_keyspace text, p_instance uuid, p_expiry interval)
 RETURNS SETOF tenure.claim_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_renew(text, uuid, interval) IS
 $$Renew, in one statement, every claim instance p_instance still holds in keyspace p_keyspace (by what the database records; the instance keeps no list), to now + p_expiry, and mark the instance live until then.
@@ -377,9 +381,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.claim_take(
     p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer DEFAULT NULL
 ) RETURNS SETOF tenure.claim_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_take(text, uuid, interval, integer) IS
 $$Claim, for instance p_instance, keys of keyspace p_keyspace that are unclaimed or whose claim expired, longest unclaimed first, until p_expiry from now: at most up to the caller's fair share (registered keys / live instances, rounded up) minus what it holds, and at most p_limit. Each key's epoch grows by one.
