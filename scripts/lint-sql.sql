@@ -5,7 +5,13 @@ CREATE TEMP TABLE findings AS
 SELECT p.oid::regprocedure AS function, c.*
   FROM pg_proc p
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql'
-  CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid, extra_warnings => true,
+  -- A trigger function is checked against the table of its trigger and the names it
+  -- gives the transition tables.
+  LEFT JOIN LATERAL (SELECT t.tgrelid, t.tgoldtable, t.tgnewtable FROM pg_trigger t
+                      WHERE t.tgfoid = p.oid ORDER BY t.oid LIMIT 1) t ON true
+  CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid, relid => coalesce(t.tgrelid, 0),
+                                               oldtable => t.tgoldtable, newtable => t.tgnewtable,
+                                               extra_warnings => true,
                                                performance_warnings => true,
                                                security_warnings => true) c
  WHERE p.pronamespace = 'tenure'::regnamespace;

@@ -20,9 +20,9 @@ COMMENT ON TABLE tenure.server_generation IS
 -- file's name (pg_walfile_name uses the insertion timeline, new at once after a
 -- promotion, where pg_control_checkpoint() waits for the next checkpoint).
 CREATE FUNCTION tenure._server_timeline() RETURNS integer
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE  -- not sql: a SQL function with SET is parsed and planned again on every call
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer $$;
+AS $$ BEGIN RETURN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer; END $$;
 
 -- The server this change is deployed on is the first generation.
 INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)

@@ -25,22 +25,62 @@ BEGIN
 END
 $$;
 
--- Raise the liveness of the caller in a keyspace and return the fair share there.
+-- Raise the liveness of the caller in a keyspace and return the fair share there. The
+-- upsert also locks the caller's row, so that two calls of one instance take turns
+-- with its cache of held claims. The keys are counted by claim_keyspace, not here.
 CREATE OR REPLACE FUNCTION tenure._claim_alive(p_keyspace text, p_instance uuid, p_expiry interval, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_live bigint;
-    v_keys bigint;
 BEGIN
     INSERT INTO tenure.claim_instance AS i (keyspace, instance_id, renewed_at, expires_at)
     VALUES (p_keyspace, p_instance, p_now, p_now + p_expiry)
     ON CONFLICT (keyspace, instance_id) DO UPDATE SET renewed_at = excluded.renewed_at, expires_at = excluded.expires_at;
-    SELECT count(*) INTO v_live FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at >= p_now;
-    SELECT count(*) INTO v_keys FROM tenure.claim_key WHERE keyspace = p_keyspace;
-    RETURN ceil(v_keys::numeric / greatest(v_live, 1))::integer;
+    RETURN tenure._claim_share(p_keyspace, p_instance, p_now);
+END
+$$;
+
+-- The fair share in a keyspace at p_now, the caller p_instance counted as live: its
+-- registered keys / its live instances, rounded up.
+CREATE OR REPLACE FUNCTION tenure._claim_share(p_keyspace text, p_instance uuid, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql STABLE  -- not sql: a SQL function with SET is parsed and planned again on every call
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN ceil(coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0)::numeric
+                / greatest((SELECT count(*) FROM tenure.claim_instance i
+                             WHERE i.keyspace = p_keyspace AND (i.expires_at >= p_now OR i.instance_id = p_instance)), 1)
+           )::integer;
+END
+$$;
+
+-- How many live claims the caller holds at p_now. Its cache in claim_instance answers
+-- while it can vouch for p_now (held_at <= p_now <= held_until: no key the caller
+-- claims has expired since it was counted, so no other instance can have taken one);
+-- otherwise the caller's keys are counted and the cache refreshed. Call after
+-- _claim_alive, which made the row and locked it.
+CREATE OR REPLACE FUNCTION tenure._claim_held(p_keyspace text, p_instance uuid, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_instance tenure.claim_instance;
+    v_count integer;
+    v_until timestamptz;
+BEGIN
+    SELECT * INTO v_instance FROM tenure.claim_instance WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    IF v_instance.held_at <= p_now AND p_now <= v_instance.held_until THEN
+        RETURN v_instance.held_count;
+    END IF;
+    SELECT (count(*) FILTER (WHERE k.expires_at >= p_now))::integer, coalesce(min(k.expires_at), 'infinity')
+      INTO v_count, v_until
+      FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
+    UPDATE tenure.claim_instance SET held_count = v_count, held_at = p_now, held_until = v_until
+     WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    RETURN v_count;
 END
 $$;
 
@@ -102,6 +142,14 @@ BEGIN
     PERFORM tenure._check_name('claim_retire', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_keys('claim_retire', 'p_keys', p_keys);
     PERFORM tenure._durable();
+    -- The holders' rows first, in the order renew and take lock (instance, then keys):
+    -- the delete trigger clears their caches of held claims.
+    PERFORM FROM tenure.claim_instance i
+      WHERE i.keyspace = p_keyspace
+        AND i.instance_id IN (SELECT k.claimant FROM tenure.claim_key k
+                               WHERE k.keyspace = p_keyspace AND k.key = ANY (p_keys) AND k.claimant IS NOT NULL)
+      ORDER BY i.instance_id
+        FOR UPDATE;
     DELETE FROM tenure.claim_key WHERE keyspace = p_keyspace AND key = ANY (p_keys);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -123,41 +171,88 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_share integer;
-    v_excess text[];
+    v_trusted boolean;
+    v_count integer;
+    v_keys text[];
+    v_epochs bigint[];
+    v_claimed timestamptz[];
+    v_excess text[] := '{}'::text[];
+    v_until timestamptz;
 BEGIN
     PERFORM tenure._check_claimer('claim_renew', p_keyspace, p_instance, p_expiry);
     PERFORM tenure._durable();
     v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
-    -- Above the fair share, give up the most recently claimed keys.
-    v_excess := ARRAY(SELECT k.key FROM tenure.claim_key k
-                       WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-                       ORDER BY k.claimed_at, k.key
-                      OFFSET v_share);
-    -- Extend every other claim the caller still holds, in one pass over its keys (a
-    -- join of the keys with their own ranking can turn quadratic), and say what
-    -- became of each. The WHERE is checked again on each row as it is once locked: a
-    -- take that committed meanwhile made the key someone else's.
-    RETURN QUERY
-    WITH changed AS (
-        UPDATE tenure.claim_key AS k
-           SET claimant        = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimant END,
-               expires_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE v_now + p_expiry END,
-               claimed_at      = CASE WHEN k.key = ANY (v_excess) THEN NULL ELSE k.claimed_at END,
-               unclaimed_since = CASE WHEN k.key = ANY (v_excess) THEN v_now END
+    -- A cache that vouches for now: every key the caller claims is live, and they are
+    -- held_count keys.
+    SELECT coalesce(i.held_at <= v_now AND v_now <= i.held_until, false), i.held_count INTO v_trusted, v_count
+      FROM tenure.claim_instance i WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance;
+    IF v_trusted AND v_count <= v_share THEN
+        -- Nothing to give up: extend every claim the caller holds, in one pass over its
+        -- keys, writing expires_at alone (no indexed column: the new row versions stay
+        -- on their page as HOT updates). The WHERE is checked again on each row as it
+        -- is once locked: a take that committed meanwhile made the key someone else's.
+        RETURN QUERY
+        WITH renewed AS (
+            UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
+             WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+            RETURNING k.key, k.epoch, k.expires_at
+        )
+        SELECT r.key, r.epoch, r.expires_at, 'renewed' FROM renewed r ORDER BY r.key;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        UPDATE tenure.claim_instance
+           SET held_count = v_count, held_at = v_now,
+               held_until = CASE WHEN v_count > 0 THEN v_now + p_expiry ELSE 'infinity' END
+         WHERE keyspace = p_keyspace AND instance_id = p_instance;
+        RETURN;
+    END IF;
+    -- Otherwise the same pass, then the keys above the fair share are given up.
+    WITH renewed AS (
+        UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
          WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-        RETURNING k.key, k.epoch, k.expires_at, k.claimant IS NULL AS released
+        RETURNING k.key, k.epoch, k.claimed_at
     )
-    SELECT c.key, c.epoch, c.expires_at, CASE WHEN c.released THEN 'released' ELSE 'renewed' END
-      FROM changed c
-     ORDER BY c.key;
+    SELECT coalesce(array_agg(r.key ORDER BY r.key), '{}'), array_agg(r.epoch ORDER BY r.key),
+           array_agg(r.claimed_at ORDER BY r.key)
+      INTO v_keys, v_epochs, v_claimed
+      FROM renewed r;
+    -- Above the fair share, give up the most recently claimed keys.
+    IF cardinality(v_keys) > v_share THEN
+        v_excess := ARRAY(SELECT u.key FROM unnest(v_keys, v_claimed) AS u(key, claimed_at)
+                           ORDER BY u.claimed_at, u.key OFFSET v_share);
+        UPDATE tenure.claim_key AS k
+           SET claimant = NULL, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
+         WHERE k.keyspace = p_keyspace AND k.key = ANY (v_excess);
+    END IF;
+    -- The cache: what the caller holds now, and the earliest expiry of any key it still
+    -- claims. A trusted cache knew every such key was live, so all were just renewed;
+    -- otherwise expired claims nobody took yet may remain, and they are looked up.
+    IF v_trusted THEN
+        v_until := CASE WHEN cardinality(v_keys) > cardinality(v_excess) THEN v_now + p_expiry ELSE 'infinity' END;
+    ELSE
+        SELECT coalesce(min(k.expires_at), 'infinity') INTO v_until
+          FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
+    END IF;
+    UPDATE tenure.claim_instance
+       SET held_count = cardinality(v_keys) - cardinality(v_excess), held_at = v_now, held_until = v_until
+     WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    -- Ranked again rather than looked up in v_excess: no quadratic pass.
+    RETURN QUERY
+    SELECT u.key, u.epoch,
+           CASE WHEN u.rank > v_share THEN NULL ELSE v_now + p_expiry END,
+           CASE WHEN u.rank > v_share THEN 'released' ELSE 'renewed' END
+      FROM (SELECT a.key, a.epoch, row_number() OVER (ORDER BY a.claimed_at, a.key) AS rank
+              FROM unnest(v_keys, v_epochs, v_claimed) AS a(key, epoch, claimed_at)) u
+     ORDER BY u.key;
 END
 $$;
 
+-- The hot wrappers are PL/pgSQL, not SQL: a SQL function with SET (search_path) is
+-- parsed and planned again on every call, which cost more than the call's own work.
 CREATE OR REPLACE FUNCTION tenure.claim_renew(p_keyspace text, p_instance uuid, p_expiry interval)
 RETURNS SETOF tenure.claim_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_renew(text, uuid, interval) IS
 $$Renew, in one statement, every claim instance p_instance still holds in keyspace p_keyspace (by what the database records; the instance keeps no list), to now + p_expiry, and mark the instance live until then.
@@ -174,7 +269,14 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_share integer;
-    v_room bigint;
+    v_held integer;
+    v_room integer;
+    v_suspects uuid[];
+    v_keys text[];
+    v_epochs bigint[];
+    v_expiries timestamptz[];
+    v_since timestamptz[];
+    v_previous uuid[];
 BEGIN
     PERFORM tenure._check_claimer('claim_take', p_keyspace, p_instance, p_expiry);
     IF p_limit IS NOT NULL AND p_limit < 1 THEN
@@ -188,45 +290,100 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     v_share := tenure._claim_alive(p_keyspace, p_instance, p_expiry, v_now);
-    SELECT v_share - count(*) INTO v_room
-      FROM tenure.claim_key WHERE keyspace = p_keyspace AND claimant = p_instance AND expires_at >= v_now;
+    v_held := tenure._claim_held(p_keyspace, p_instance, v_now);
+    v_room := v_share - v_held;
     v_room := least(v_room, coalesce(p_limit, v_room));
     DELETE FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at < v_now - 10 * p_expiry;
     IF v_room < 1 THEN
-        RETURN;
+        RETURN;  -- at its fair share: no key is looked at
     END IF;
-    -- Claim times are read after the row lock: a key whose holder is writing under
-    -- claim_fence is skipped until that write committed.
-    RETURN QUERY
-    WITH free AS (
-        SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since
-          FROM tenure.claim_key k
-         WHERE k.keyspace = p_keyspace AND (k.claimant IS NULL OR k.expires_at < v_now)
-         ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
-         LIMIT v_room
-           FOR UPDATE SKIP LOCKED
-    ), taken AS (
+    -- Expired claims can only be among the keys of claimants whose cache does not vouch
+    -- for now (or who have no row any more). The claimants are read from the claimant
+    -- index one at a time (a loose index scan): as many probes as there are claimants.
+    v_suspects := ARRAY(
+        WITH RECURSIVE c(claimant) AS (
+            (SELECT k.claimant FROM tenure.claim_key k
+              WHERE k.keyspace = p_keyspace AND k.claimant IS NOT NULL ORDER BY k.claimant LIMIT 1)
+            UNION ALL
+            SELECT (SELECT k.claimant FROM tenure.claim_key k
+                     WHERE k.keyspace = p_keyspace AND k.claimant > c.claimant ORDER BY k.claimant LIMIT 1)
+              FROM c WHERE c.claimant IS NOT NULL
+        )
+        SELECT c.claimant FROM c
+         WHERE c.claimant IS NOT NULL
+           AND NOT EXISTS (SELECT FROM tenure.claim_instance i
+                            WHERE i.keyspace = p_keyspace AND i.instance_id = c.claimant
+                              AND i.held_at <= v_now AND v_now <= i.held_until));
+    -- Free keys come from their own index (claim_key_free, in the order taken),
+    -- expired ones from the suspects' keys. The rows are locked as they are chosen,
+    -- skipping locked ones: a key whose holder is writing under claim_fence is skipped
+    -- until that write committed. With suspects the statement is planned for the
+    -- claimants at hand (a generic plan would scan the keyspace).
+    IF cardinality(v_suspects) = 0 THEN
+        SELECT coalesce(array_agg(c.key), '{}'), array_agg(c.unclaimed_since)
+          INTO v_keys, v_since
+          FROM (SELECT k.key, k.unclaimed_since FROM tenure.claim_key k
+                 WHERE k.keyspace = p_keyspace AND k.claimant IS NULL
+                 ORDER BY k.unclaimed_since, k.key
+                 LIMIT v_room
+                   FOR UPDATE SKIP LOCKED) c;
+    ELSE
+        EXECUTE $q$
+            SELECT coalesce(array_agg(c.key), '{}'), array_agg(c.since), array_agg(c.previous)
+              FROM (SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since, k.claimant AS previous
+                      FROM tenure.claim_key k
+                     WHERE k.keyspace = $1
+                       AND (k.claimant IS NULL OR (k.claimant = ANY ($2) AND k.expires_at < $3))
+                     ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
+                     LIMIT $4
+                       FOR UPDATE SKIP LOCKED) c
+        $q$ INTO v_keys, v_since, v_previous USING p_keyspace, v_suspects, v_now, v_room;
+    END IF;
+    -- Claim times are read after the row locks.
+    WITH taken AS (
         UPDATE tenure.claim_key AS k
            SET claimant = p_instance, epoch = k.epoch + 1, unclaimed_since = NULL,
                claimed_at = coalesce(p_now, clock_timestamp()),
                expires_at = coalesce(p_now, clock_timestamp()) + p_expiry
-          FROM free
-         WHERE k.keyspace = p_keyspace AND k.key = free.key
-        RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, free.since
+          FROM unnest(v_keys, v_since) AS c(key, since)
+         WHERE k.keyspace = p_keyspace AND k.key = c.key
+        RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, c.since
     ), logged AS (
         INSERT INTO tenure.claim_log (keyspace, key, epoch, claimant, claimed_at, unclaimed_since)
         SELECT p_keyspace, t.key, t.epoch, p_instance, t.claimed_at, t.since FROM taken t
     )
-    SELECT t.key, t.epoch, t.expires_at, 'taken' FROM taken t ORDER BY t.key;
+    SELECT coalesce(array_agg(t.key ORDER BY t.key), '{}'), array_agg(t.epoch ORDER BY t.key),
+           array_agg(t.expires_at ORDER BY t.key)
+      INTO v_keys, v_epochs, v_expiries
+      FROM taken t;
+    IF cardinality(v_keys) > 0 THEN
+        -- The caller's cache counts the new claims; the instances whose expired claims
+        -- were taken over count them no more (their caches are dropped).
+        UPDATE tenure.claim_instance
+           SET held_count = v_held + cardinality(v_keys), held_at = v_now,
+               held_until = least(held_until, v_now + p_expiry)
+         WHERE keyspace = p_keyspace AND instance_id = p_instance;
+        -- SKIP LOCKED: waiting here for an instance in its own renewal, which may wait
+        -- for a key this take has locked, could deadlock; that renewal rewrites its
+        -- cache anyway, from the keys it still holds.
+        UPDATE tenure.claim_instance SET held_until = NULL
+         WHERE (keyspace, instance_id) IN (SELECT i.keyspace, i.instance_id FROM tenure.claim_instance i
+                                            WHERE i.keyspace = p_keyspace AND i.instance_id = ANY (v_previous)
+                                              AND i.instance_id <> p_instance
+                                              FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN QUERY
+    SELECT u.key, u.epoch, u.expires_at, 'taken' FROM unnest(v_keys, v_epochs, v_expiries) AS u(key, epoch, expires_at)
+     ORDER BY u.key;
 END
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_take(
     p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer DEFAULT NULL
 ) RETURNS SETOF tenure.claim_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_take(text, uuid, interval, integer) IS
 $$Claim, for instance p_instance, keys of keyspace p_keyspace that are unclaimed or whose claim expired, longest unclaimed first, until p_expiry from now: at most up to the caller's fair share (registered keys / live instances, rounded up) minus what it holds, and at most p_limit. Each key's epoch grows by one.
@@ -251,6 +408,8 @@ BEGIN
         PERFORM tenure._check_keys('claim_release', 'p_keys', p_keys);
     END IF;
     PERFORM tenure._durable();
+    -- The caller's row first, in the order renew and take lock (instance, then keys).
+    PERFORM FROM tenure.claim_instance WHERE keyspace = p_keyspace AND instance_id = p_instance FOR UPDATE;
     UPDATE tenure.claim_key AS k
        SET claimant = NULL, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
      WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
@@ -259,6 +418,9 @@ BEGIN
     IF p_keys IS NULL THEN
         -- Leaving altogether: the others' fair share grows at once.
         DELETE FROM tenure.claim_instance WHERE keyspace = p_keyspace AND instance_id = p_instance;
+    ELSIF v_count > 0 THEN
+        -- Its cache of held claims counted these: the next renew or take recounts.
+        UPDATE tenure.claim_instance SET held_until = NULL WHERE keyspace = p_keyspace AND instance_id = p_instance;
     END IF;
     RETURN v_count;
 END

@@ -101,6 +101,7 @@ BEGIN
     UPDATE tenure.claim_instance
        SET expires_at = v_now + (expires_at - renewed_at), renewed_at = v_now
      WHERE expires_at >= v_now - (expires_at - renewed_at);
+    UPDATE tenure.claim_instance SET held_until = NULL WHERE held_until IS NOT NULL;  -- claims re-based: recount
     INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)
     VALUES (coalesce(v_current.generation, 0) + 1, v_timeline, v_system, v_now);
 END
@@ -110,10 +111,14 @@ $$;
 -- no-break and other Unicode spaces), which no name, key or state may be.
 CREATE OR REPLACE FUNCTION tenure._blank(p_value text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE  -- not sql: a SQL function with SET is parsed and planned again on every call
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT p_value IS NULL
-          OR p_value ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$' $$;
+AS $$
+BEGIN
+    RETURN p_value IS NULL
+        OR p_value ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$';
+END
+$$;
 
 CREATE OR REPLACE FUNCTION tenure._check_name(p_function text, p_argument text, p_value text)
 RETURNS void

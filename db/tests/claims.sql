@@ -5,10 +5,10 @@
 -- Each section has its own keyspace and its own day T (00:00:00 UTC): register 'reg'
 -- 2000-03-01, take 'take' 03-02, fair share 'fair' 03-03, renewal 'renew' 03-04,
 -- take-over 'takeover' 03-05, skip-if-busy 'busy' 03-06, release 'rel' 03-07, check and
--- fence 'chk' 03-08. The server clock is used only for the key d of 'reg' and in the
+-- fence 'chk' 03-08, costs 'cost' and 'cost2' 03-09. The server clock is used only for the key d of 'reg' and in the
 -- keyspaces 'many', 'durable' and 'worker'.
 BEGIN;
-SELECT plan(186);
+SELECT plan(223);
 
 -- The SQLSTATE, message and DETAIL that a statement raises (NULL if it raises nothing).
 CREATE FUNCTION pg_temp.error_of(p_sql text)
@@ -513,6 +513,150 @@ SELECT throws_ok(
     'TN103', NULL, 'fence refuses a key its holder released');
 SELECT ok(NOT tenure._claim_check('chk', '00000000-0000-0000-0000-00000000000b', 'c2', 1, '2000-03-08 00:00:12+00'),
     'check is false for a key its holder released');
+
+-- What keeps claims cheap (keyspace 'cost', T = 2000-03-09): the key count per keyspace,
+-- each instance's cache of what it holds (trusted only while it vouches for now, cleared
+-- by every other write to its claims), and expired claims found among the keys of
+-- the claimants no cache vouches for.
+SELECT is(tenure._claim_register('cost', ARRAY['c1', 'c2', 'c3', 'c4', 'c5', 'c6'], '2000-03-08 23:59:00+00'), 6,
+    'cost: six keys registered');
+SELECT is(tenure._claim_register('cost', ARRAY['c6', 'c7'], '2000-03-08 23:59:30+00'), 1, 'cost: one more, one again');
+INSERT INTO tenure.claim_key (keyspace, key, unclaimed_since, registered_at)
+VALUES ('cost', 'c8', '2000-03-08 23:59:30+00', '2000-03-08 23:59:30+00');
+SELECT is((SELECT keys FROM tenure.claim_keyspace WHERE keyspace = 'cost'), 8::bigint,
+    'claim_keyspace counts every key inserted, by claim_register or not, once');
+SELECT is(tenure.claim_retire('cost', ARRAY['c8']), 1, 'cost: c8 retired');
+SELECT is((SELECT keys FROM tenure.claim_keyspace WHERE keyspace = 'cost'), 7::bigint,
+    'claim_keyspace counts a retired key out');
+SELECT results_eq(
+    $$SELECT key, epoch FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000a', '10 s', 3,
+                                                 '2000-03-09 00:00:00+00')$$,
+    $$VALUES ('c1', 1::bigint), ('c2', 1), ('c3', 1)$$,
+    'cost: a takes three keys');
+SELECT results_eq(
+    $$SELECT held_count, held_at, held_until FROM tenure.claim_instance
+       WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'$$,
+    $$VALUES (3, '2000-03-09 00:00:00+00'::timestamptz, '2000-03-09 00:00:10+00'::timestamptz)$$,
+    'a take leaves the caller''s cache: what it holds, since when, and the earliest expiry of its claims');
+SELECT is((SELECT count(*) FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000a', '10 s',
+                                                     '2000-03-09 00:00:05+00') WHERE change = 'renewed'),
+    3::bigint, 'cost: a renews its three keys');
+SELECT results_eq(
+    $$SELECT held_count, held_at, held_until FROM tenure.claim_instance
+       WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'$$,
+    $$VALUES (3, '2000-03-09 00:00:05+00'::timestamptz, '2000-03-09 00:00:15+00'::timestamptz)$$,
+    'a renewal leaves the cache: every claim of the caller now expires at now + expiry');
+SELECT is_empty(
+    $$SELECT * FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s', '2000-03-09 00:00:05+00')$$,
+    'cost: b joins, holding nothing');
+SELECT results_eq(
+    $$SELECT held_count, held_until FROM tenure.claim_instance
+       WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'$$,
+    $$VALUES (0, 'infinity'::timestamptz)$$,
+    'an instance that claims nothing has a cache that vouches for any time');
+SELECT results_eq(
+    $$SELECT key FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000b', '10 s', NULL,
+                                          '2000-03-09 00:00:06+00')$$,
+    $$VALUES ('c4'), ('c5'), ('c6'), ('c7')$$,
+    'with 7 keys and 2 instances the share is 4: b takes the 4 free keys');
+-- A cache that vouches for now decides alone: a take at the fair share reads no key.
+UPDATE tenure.claim_instance SET held_count = 4
+ WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a';
+SELECT is(tenure._claim_release('cost', '00000000-0000-0000-0000-00000000000b', ARRAY['c7'], '2000-03-09 00:00:07+00'), 1,
+    'cost: b gives c7 back');
+SELECT is((SELECT held_until FROM tenure.claim_instance
+            WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'), NULL,
+    'a release of some keys clears the caller''s cache');
+SELECT is_empty(
+    $$SELECT * FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000a', '10 s', NULL, '2000-03-09 00:00:08+00')$$,
+    'a take whose cache vouches for now trusts it: a counted at its share takes nothing, without looking at the keys');
+UPDATE tenure.claim_instance SET held_until = NULL
+ WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a';
+SELECT results_eq(
+    $$SELECT key, epoch FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000a', '10 s', NULL,
+                                                 '2000-03-09 00:00:08+00')$$,
+    $$VALUES ('c7', 2::bigint)$$,
+    'a cache that cannot vouch is recounted from the keys: a holds 3 of its 4 and takes c7');
+SELECT results_eq(
+    $$SELECT held_count, held_at, held_until FROM tenure.claim_instance
+       WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'$$,
+    $$VALUES (4, '2000-03-09 00:00:08+00'::timestamptz, '2000-03-09 00:00:15+00'::timestamptz)$$,
+    'after the recount and the take, the cache holds 4 and the earliest expiry, that of the renewed keys');
+SELECT results_eq(
+    $$SELECT key, change FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s',
+                                                   '2000-03-09 00:00:09+00')$$,
+    $$VALUES ('c4', 'renewed'), ('c5', 'renewed'), ('c6', 'renewed')$$,
+    'a renewal without a cache that vouches renews the same keys');
+SELECT results_eq(
+    $$SELECT held_count, held_at, held_until FROM tenure.claim_instance
+       WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'$$,
+    $$VALUES (3, '2000-03-09 00:00:09+00'::timestamptz, '2000-03-09 00:00:19+00'::timestamptz)$$,
+    'and rebuilds the cache');
+-- a stops renewing: c1..c3 expire at 00:00:15, c7 at 00:00:18 (a itself is live until then).
+SELECT is((SELECT count(*) FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s',
+                                                     '2000-03-09 00:00:16+00')), 3::bigint, 'cost: b renews');
+SELECT is_empty(
+    $$SELECT * FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000c', '10 s', '2000-03-09 00:00:16+00')$$,
+    'cost: c joins');
+SELECT results_eq(
+    $$SELECT * FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000c', '10 s', NULL,
+                                        '2000-03-09 00:00:16+00')$$,
+    $$VALUES ('c1', 2::bigint, '2000-03-09 00:00:26+00'::timestamptz, 'taken'),
+             ('c2', 2, '2000-03-09 00:00:26+00', 'taken'),
+             ('c3', 2, '2000-03-09 00:00:26+00', 'taken')$$,
+    'share 3 (a, b, c live): c takes over the expired claims of a, whose cache no longer vouches; c7 is still a''s');
+SELECT results_eq(
+    $$SELECT key, unclaimed_since FROM tenure.claim_log WHERE keyspace = 'cost' AND epoch = 2 AND key <> 'c7' ORDER BY key$$,
+    $$VALUES ('c1', '2000-03-09 00:00:15+00'::timestamptz), ('c2', '2000-03-09 00:00:15+00'),
+             ('c3', '2000-03-09 00:00:15+00')$$,
+    'the claim log says since when each taken-over key was without a live claim');
+SELECT is((SELECT held_until FROM tenure.claim_instance
+            WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'), NULL,
+    'the cache of the instance whose claims were taken over is cleared');
+SELECT is(tenure._claim_release('cost', '00000000-0000-0000-0000-00000000000b', ARRAY['c4'], '2000-03-09 00:00:19+00'), 1,
+    'cost: b gives c4 back at 00:00:19');
+SELECT results_eq(
+    $$SELECT key, epoch FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000c', '10 s', 1,
+                                                 '2000-03-09 00:00:20+00')$$,
+    $$VALUES ('c7', 3::bigint)$$,
+    'free and expired keys in one order: c7, expired at 00:00:18, before c4, free since 00:00:19');
+SELECT is(tenure.claim_retire('cost', ARRAY['c5']), 1, 'cost: c5, b''s, retired');
+SELECT is((SELECT held_until FROM tenure.claim_instance
+            WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'), NULL,
+    'retiring a key clears the cache of its holder');
+SELECT results_eq(
+    $$SELECT key, change FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s',
+                                                   '2000-03-09 00:00:21+00')$$,
+    $$VALUES ('c6', 'renewed')$$,
+    'b''s next renewal returns the one key it still holds');
+-- An instance whose row is gone (not live for 10 expiries) still has its expired claims taken over.
+SELECT is(tenure._claim_register('cost2', ARRAY['k1'], '2000-03-09 00:00:00+00'), 1, 'cost2: one key');
+SELECT is((SELECT count(*) FROM tenure._claim_take('cost2', '00000000-0000-0000-0000-00000000000d', '10 s', NULL,
+                                                    '2000-03-09 00:00:00+00')), 1::bigint, 'cost2: d takes it for 10 s');
+SELECT results_eq(
+    $$SELECT key, epoch FROM tenure._claim_take('cost2', '00000000-0000-0000-0000-00000000000e', '10 s', NULL,
+                                                 '2000-03-09 00:03:00+00')$$,
+    $$VALUES ('k1', 2::bigint)$$,
+    'long after, e takes over the expired claim of d');
+SELECT is_empty($$SELECT * FROM tenure.claim_instance WHERE keyspace = 'cost2'
+                   AND instance_id = '00000000-0000-0000-0000-00000000000d'$$,
+    'though d''s row was deleted by that take, before it looked for expired claims');
+-- A change of server re-bases live claims: every cache is cleared.
+UPDATE tenure.server_generation SET timeline = timeline + 100
+ WHERE generation = (SELECT max(generation) FROM tenure.server_generation);
+SELECT is(tenure.claim_register('cost', ARRAY['c1']), 0, 'cost: a write on a "new" server');
+SELECT is((SELECT count(*) FROM tenure.claim_instance WHERE held_until IS NOT NULL), 0::bigint,
+    'a change of server clears every cache of held claims');
+SELECT is_empty(
+    $$SELECT keyspace, count(*) FROM tenure.claim_key GROUP BY keyspace
+      EXCEPT SELECT keyspace, keys FROM tenure.claim_keyspace$$,
+    'claim_keyspace holds the number of keys of every keyspace');
+SAVEPOINT before_truncate;
+SET LOCAL client_min_messages = warning;
+TRUNCATE tenure.claim_key CASCADE;
+SELECT is_empty($$SELECT * FROM tenure.claim_keyspace$$, 'a truncation of claim_key empties claim_keyspace');
+ROLLBACK TO SAVEPOINT before_truncate;
+RESET client_min_messages;
 
 -- Durability does not depend on the caller's session ---------------------------------------
 SET LOCAL synchronous_commit = off;
