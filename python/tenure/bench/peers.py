@@ -4,9 +4,11 @@ cluster in the same run, against the bare two-commit SKIP LOCKED floor.
 Every system drains the same number of no-op jobs, and every one is measured the same
 way, from the database: what is left is counted every 0.1 s, and the rate is the jobs
 finished between 10% and 90% drained, by the server's clock, divided by the time that
-took (start-up and the tail are outside the window). Worker processes start on an empty
-queue and announce that they are ready; only then is the whole backlog loaded in one
-transaction.
+took (start-up and the tail are outside the window). The whole backlog is loaded in one
+transaction and its table analyzed while every worker process is up and idle: the peers'
+processes wait, ready, for a word to start their worker loops; tenure's, started on an
+empty queue, find the backlog at their next poll (every 0.05 s). The floor's table is
+loaded and analyzed before pgbench starts.
 
 - the floor: pgbench running :data:`tenure.bench.tasks.BARE_CLAIM_SQL` on a plain table
   (4 and 8 clients);
@@ -57,6 +59,15 @@ LEFT_SQL = {
     "pgqueuer": f"SELECT count(*), clock_timestamp() FROM {PEER_SCHEMAS['pgqueuer']}.pgqueuer",
     "procrastinate": "SELECT count(*), clock_timestamp() "
     f"FROM {PEER_SCHEMAS['procrastinate']}.procrastinate_jobs WHERE status IN ('todo', 'doing')",
+}
+
+# The table each system drains: analyzed right after the load, so every planner sees a
+# backlog (as a queue in steady state does) instead of the empty table it started with;
+# ANALYZE also invalidates the plans the workers cached on the empty table.
+DRAINED = {
+    "tenure": "tenure.task",
+    "pgqueuer": f"{PEER_SCHEMAS['pgqueuer']}.pgqueuer",
+    "procrastinate": f"{PEER_SCHEMAS['procrastinate']}.procrastinate_jobs",
 }
 
 SAMPLE_EVERY = 0.1  # seconds between two counts of what is left
@@ -132,7 +143,10 @@ def server_epoch(admin: psycopg.Connection[Any]) -> float:
 
 
 def stop(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """SIGTERM, then SIGKILL after 15 s; a peer worker still waiting for its word gets EOF."""
     for process, _ in processes:
+        if process.stdin is not None:
+            process.stdin.close()
         if process.poll() is None:
             process.terminate()
     for process, _ in processes:
@@ -182,6 +196,14 @@ def wait_ready(process: subprocess.Popen[bytes], log: Path, *, wait: float = 60.
         time.sleep(0.05)
 
 
+def go(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """Let the ready peer workers start their worker loops."""
+    for process, _ in processes:
+        assert process.stdin is not None
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+
+
 @contextmanager
 def peer_workers(
     command: list[str], count: int, *, logs: Path
@@ -192,7 +214,10 @@ def peer_workers(
         for n in range(1, count + 1):
             log = logs.with_name(f"{logs.name}-{n}.log")
             with open(log, "wb") as out:
-                processes.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), log))
+                process = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT
+                )
+                processes.append((process, log))
         for process, log in processes:
             wait_ready(process, log)
         yield processes
@@ -219,7 +244,9 @@ def peer_rate(
     logs = workdir / f"peers-{peer}-{name}{value}"
     with peer_workers(work, PEER_PROCESSES, logs=logs) as processes:
         subprocess.run([*base, "enqueue", str(jobs)], check=True, capture_output=True)
+        admin.execute(f"ANALYZE {DRAINED[family]}")
         loaded_at = server_epoch(admin)
+        go(processes)
         rate = drain(
             admin,
             LEFT_SQL[family],
@@ -248,6 +275,7 @@ def tenure_rate(
     with task_workers(conninfo, processes, *options, logs=logs):
         admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs})
         loaded_at = server_epoch(admin)
+        admin.execute(f"ANALYZE {DRAINED['tenure']}")
         rate = drain(
             admin,
             LEFT_SQL["tenure"],
