@@ -4,26 +4,32 @@
 #             last, the database itself fails over under running services (3-node Patroni)
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
-# make bench  heartbeat throughput and takeover times, as ratios to baselines
-# Each installs what it needs first (Debian packages as root, Python packages in .venv).
+# make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
+#             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers")
+# Each installs what it needs first (Debian packages as root, Python packages in .venv,
+# the peers of the bench in .venv-peers).
 
 SHELL := /bin/bash
 export PG_BIN ?= /usr/lib/postgresql/15/bin
 export PATH := $(PG_BIN):$(PATH)
 
-.PHONY: all deps test demo bench clean docs
+.PHONY: all deps peers test demo bench clean docs
 all: test
 
 deps:
 	@scripts/install-deps.sh
 
-test: deps
+# pgqueuer and procrastinate for the bench's peers section, in their own .venv-peers
+peers:
+	@scripts/install-peers.sh
+
+test: deps peers
 	scripts/with-cluster.sh scripts/test.sh
 
 demo: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_demo && .venv/bin/tenure demo --db "dbname=tenure_demo"'
 
-bench: deps
+bench: deps peers
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
 
 # docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
@@ -31,4 +37,4 @@ docs: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
 
 clean:
-	rm -rf .venv python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache
+	rm -rf .venv .venv-peers python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache

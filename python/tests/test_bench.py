@@ -1,12 +1,22 @@
 """``tenure bench`` runs every section end to end (at a tiny size: the figures are for
-``make bench``, never asserted here), so the benchmark cannot rot between runs."""
+``make bench``, never asserted here), so the benchmark cannot rot between runs. The peers
+section needs pgqueuer and procrastinate in .venv-peers (``make test`` installs them): without
+them its test skips, or fails when CI is set."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import psycopg
 import pytest
+
+from tenure.bench import SECTIONS
+from tenure.bench.peers import PEER_SCHEMAS, PGQUEUER_BATCHES, default_peers_python, rate_between
+from tenure.testing import procs
 
 SMALL = [
     "--seconds", "1", "--clients", "2", "--kills", "2",
@@ -16,11 +26,13 @@ SMALL = [
     "--queue-keys", "2", "--queue-batches", "16", "--replica-trials", "1",
 ]  # fmt: skip
 
+EXCEPT_PEERS = ",".join(section for section in SECTIONS if section != "peers")  # its own test below
+
 
 @pytest.mark.timeout(600)
 def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, *SMALL],
+        [sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, *SMALL, "--sections", EXCEPT_PEERS],
         capture_output=True,
         text=True,
         timeout=540,
@@ -34,3 +46,72 @@ def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
         "logs: ",
     ):
         assert shown in result.stdout, f"no {shown!r} in:\n{result.stdout}\n{result.stderr}"
+
+
+def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:
+    # 1,000 jobs: 900 left at t = 1.5 (between 1.0 and 2.0), 100 left at t = 5.5.
+    samples = [(0.0, 1000), (1.0, 950), (2.0, 850), (5.0, 150), (6.0, 50), (7.0, 0)]
+    assert rate_between(samples, 1000) == pytest.approx(800 / (5.5 - 1.5))
+    # A worker that took most of the backlog between two counts: both moments inside one step.
+    assert rate_between([(0.0, 1000), (0.5, 1000), (1.5, 0)], 1000) == pytest.approx(800 / 0.8)
+    with pytest.raises(ValueError, match="never reach"):
+        rate_between([(0.0, 1000), (1.0, 500)], 1000)
+
+
+@pytest.mark.timeout(600)
+def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: Path) -> None:
+    python = default_peers_python()
+    if not Path(python).exists():
+        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
+        if procs.under_ci():
+            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+        pytest.skip(message)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers"),
+            *("--peer-jobs", "400", "--peer-tenure", "1x2,2x1", "--peers-python", python),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    _, _, side_by_side = result.stdout.partition("side by side")
+    rows = re.findall(r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5}$", side_by_side, re.MULTILINE)
+    systems = [system for system, _, _ in rows]
+    for system in ("floor", *PGQUEUER_BATCHES, "procrastinate", "tenure"):
+        assert system in systems, f"no {system} row in the table:\n{output}"
+    assert [config for system, config, _ in rows if system == "tenure"] == [
+        "1 processes x concurrency 2",
+        "2 processes x concurrency 1",
+    ], output
+    assert all(int(rate) > 0 for _, _, rate in rows), output
+    plot = re.search(r"plot: (\S+\.png)", result.stdout)
+    assert plot is not None and Path(plot.group(1)).stat().st_size > 0, output
+    # The peers' schemas are gone with the section.
+    with psycopg.connect(admin_conninfo) as check:
+        schemas = check.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname = ANY(%s)", (list(PEER_SCHEMAS.values()),)
+        )
+        assert schemas.fetchall() == [], output
+
+
+def test_only_the_peer_runner_imports_the_peers_and_it_imports_no_tenure() -> None:
+    """The peers live in their own virtual environment: tenure's package must not need them,
+    and the runner, run with the peers' interpreter, must not need tenure."""
+    package = Path(__file__).resolve().parents[1] / "tenure"
+    runner = package / "bench" / "peer_runner.py"
+    peers = {"pgqueuer", "procrastinate", "asyncpg"}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            if path == runner:
+                assert "tenure" not in roots, f"{path}: {ast.unparse(node)}"
+            else:
+                assert not roots & peers, f"{path}: {ast.unparse(node)}"

@@ -24,6 +24,9 @@
    successful request through the load balancer, against the acquisition interval plus
    the health-check interval, without a grace period and with one (whose reservation
    the failover must wait out).
+10. Peers: tenure's task workers, pgqueuer (asyncpg and psycopg) and procrastinate each
+   draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
+   (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ import psycopg
 from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
+from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, task_throughput, wake_latency
 
-SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue", "replicas")
+SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue", "replicas", "peers")
 
 
 def run_bench(
@@ -62,6 +66,9 @@ def run_bench(
     queue_keys: list[int],
     queue_batches: int,
     replica_trials: int,
+    peer_jobs: int = 20_000,
+    peer_tenure: list[tuple[int, int]] | None = None,
+    peers_python: str = "",
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -116,6 +123,15 @@ def run_bench(
             )
         if "queue" in sections:
             queue_bench(admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir)
+        if "peers" in sections:
+            peers_bench(
+                admin,
+                admin_conninfo,
+                jobs=peer_jobs,
+                python=peers_python or default_peers_python(),
+                workdir=workdir,
+                tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
+            )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
     print(f"  logs: {workdir}")
@@ -140,6 +156,17 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
     return counts
+
+
+def _configs(text: str) -> list[tuple[int, int]]:
+    """Comma-separated PROCESSESxCONCURRENCY pairs, for tenure's task workers beside the peers."""
+    try:
+        pairs = [tuple(int(n) for n in part.lower().split("x")) for part in text.split(",")]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(pair) != 2 or min(pair) < 1 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"expected PROCESSESxCONCURRENCY pairs like 2x4,4x1, got {text!r}")
+    return [(pair[0], pair[1]) for pair in pairs]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,6 +247,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=20,
         help="SIGKILLs of the active replica behind HAProxy, per setting, for the failover times (20)",
     )
+    parser.add_argument(
+        "--peer-jobs",
+        type=int,
+        default=20_000,
+        help="no-op jobs each system drains in the peers section (20000)",
+    )
+    parser.add_argument(
+        "--peer-tenure",
+        type=_configs,
+        default=None,
+        help="tenure task worker configurations beside the peers, PROCESSESxCONCURRENCY "
+        f"({','.join(f'{p}x{c}' for p, c in TENURE_CONFIGS)})",
+    )
+    parser.add_argument(
+        "--peers-python",
+        default="",
+        help="the interpreter of the peers' virtual environment ($TENURE_PEERS_PYTHON, else .venv-peers)",
+    )
     return parser
 
 
@@ -242,4 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         queue_keys=args.queue_keys,
         queue_batches=args.queue_batches,
         replica_trials=args.replica_trials,
+        peer_jobs=args.peer_jobs,
+        peer_tenure=args.peer_tenure,
+        peers_python=args.peers_python,
     )

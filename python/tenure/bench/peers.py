@@ -1,0 +1,418 @@
+"""Peers: tenure's task workers side by side with pgqueuer and procrastinate, on the same
+cluster in the same run, against the bare two-commit SKIP LOCKED floor.
+
+Every system drains the same number of no-op jobs, and every one is measured the same
+way, from the database: what is left is counted every 0.1 s, and the rate is the jobs
+finished between 10% and 90% drained, by the server's clock, divided by the time that
+took (start-up and the tail are outside the window). The whole backlog is loaded in one
+transaction and its table analyzed while every worker process is up and idle: the peers'
+processes wait, ready, for a word to start their worker loops; tenure's, started on an
+empty queue, find the backlog at their next poll (every 0.05 s). The floor's table is
+loaded and analyzed before pgbench starts.
+
+- the floor: pgbench running :data:`tenure.bench.tasks.BARE_CLAIM_SQL` on a plain table
+  (4 and 8 clients);
+- pgqueuer with asyncpg and with psycopg, and procrastinate: worker processes of
+  ``peer_runner.py`` run with the peers' own virtual environment (``.venv-peers``,
+  made by ``scripts/install-peers.sh``), each peer installed afresh in a schema of its own;
+- tenure: real ``tenure task worker --module tenure.bench.app`` processes, in the
+  configurations of :data:`TENURE_CONFIGS`, driven through the CLI only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tenure.bench.common import scalar
+from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
+
+# tenure's configurations, (worker processes, --concurrency of each): extend here.
+TENURE_CONFIGS: list[tuple[int, int]] = [(2, 4), (4, 4), (2, 16), (4, 1)]
+
+FLOOR_CLIENTS = (4, 8)  # pgbench clients of the bare floor
+
+# The peers' configurations. pgqueuer runs 2 processes at each batch size (jobs per dequeue;
+# its concurrency is unlimited by default) and the best counts; procrastinate runs
+# 2 processes x concurrency 4.
+PEER_PROCESSES = 2
+PGQUEUER_BATCHES = {"pgqueuer-asyncpg": (10, 25, 100), "pgqueuer-psycopg": (10, 100)}
+PROCRASTINATE_CONCURRENCY = (4,)
+
+PEER_SCHEMAS = {"pgqueuer": "bench_pgqueuer", "procrastinate": "bench_procrastinate"}
+
+# What is left, with the server's clock read after the count.
+LEFT_SQL = {
+    "floor": "SELECT count(*), clock_timestamp() FROM tenure_bench.jobs WHERE NOT done",
+    "tenure": "SELECT count(*), clock_timestamp() FROM tenure.task WHERE status = 'pending'",
+    "pgqueuer": f"SELECT count(*), clock_timestamp() FROM {PEER_SCHEMAS['pgqueuer']}.pgqueuer",
+    "procrastinate": "SELECT count(*), clock_timestamp() "
+    f"FROM {PEER_SCHEMAS['procrastinate']}.procrastinate_jobs WHERE status IN ('todo', 'doing')",
+}
+
+# The table each system drains: analyzed right after the load, so every planner sees a
+# backlog (as a queue in steady state does) instead of the empty table it started with;
+# ANALYZE also invalidates the plans the workers cached on the empty table.
+DRAINED = {
+    "tenure": "tenure.task",
+    "pgqueuer": f"{PEER_SCHEMAS['pgqueuer']}.pgqueuer",
+    "procrastinate": f"{PEER_SCHEMAS['procrastinate']}.procrastinate_jobs",
+}
+
+SAMPLE_EVERY = 0.1  # seconds between two counts of what is left
+STALL = 60.0  # seconds without progress before a drain is declared stuck
+
+RUNNER = Path(__file__).with_name("peer_runner.py")
+
+
+def default_peers_python() -> str:
+    """The peers' interpreter: $TENURE_PEERS_PYTHON, else .venv-peers of the checkout tenure runs from."""
+    return os.environ.get("TENURE_PEERS_PYTHON") or str(
+        Path(__file__).resolve().parents[3] / ".venv-peers" / "bin" / "python"
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    system: str  # floor, pgqueuer-asyncpg, pgqueuer-psycopg, procrastinate, tenure
+    config: str  # how it ran, e.g. "2 processes x concurrency 4"
+    rate: float  # jobs per second between 10% and 90% drained
+
+
+def rate_between(samples: Sequence[tuple[float, int]], jobs: int) -> float:
+    """Jobs per second from the moment ``jobs`` had 90% left to the moment 10% had, each moment
+    interpolated between the two counts around it. ``samples`` are (seconds, left), in order."""
+
+    def when(level: float) -> float:
+        for (t0, left0), (t1, left1) in itertools.pairwise(samples):
+            if left1 <= level < left0:
+                return t0 + (t1 - t0) * (left0 - level) / (left0 - left1)
+        raise ValueError(f"the samples never reach {level:.0f} left: {samples[-3:]}")
+
+    start, end = when(0.9 * jobs), when(0.1 * jobs)
+    if end <= start:
+        raise ValueError(f"no time passed between 90% and 10% left ({start} -> {end}): raise --peer-jobs")
+    return 0.8 * jobs / (end - start)
+
+
+def drain(
+    admin: psycopg.Connection[Any],
+    query: str,
+    *,
+    jobs: int,
+    loaded_at: float,
+    processes: Sequence[tuple[subprocess.Popen[bytes], Path]],
+    record: Path,
+) -> float:
+    """Count what is left every 0.1 s from the load (``loaded_at``, server epoch seconds, with
+    ``jobs`` left) until nothing is, while ``processes`` keep running; return the rate. The
+    counts go to ``record`` (seconds since the load, jobs left), for a look at the curve."""
+    samples: list[tuple[float, int]] = [(loaded_at, jobs)]
+    last_progress = time.monotonic()
+    while True:
+        row = admin.execute(query).fetchone()
+        assert row is not None
+        left, at = int(row[0]), row[1].timestamp()
+        if left < samples[-1][1]:
+            last_progress = time.monotonic()
+        samples.append((at, left))
+        if left == 0:
+            record.write_text("".join(f"{t - loaded_at:.3f} {n}\n" for t, n in samples))
+            return rate_between(samples, jobs)
+        for process, log in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} ended ({process.returncode}):\n{log.read_text()}")
+        if time.monotonic() - last_progress > STALL:
+            raise TimeoutError(f"{left} of {jobs} jobs left and no progress for {STALL:.0f} s")
+        time.sleep(SAMPLE_EVERY)
+
+
+def server_epoch(admin: psycopg.Connection[Any]) -> float:
+    return float(scalar(admin, "SELECT extract(epoch FROM clock_timestamp())::float8"))
+
+
+def stop(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """SIGTERM, then SIGKILL after 15 s; a peer worker still waiting for its word gets EOF."""
+    for process, _ in processes:
+        if process.stdin is not None:
+            process.stdin.close()
+        if process.poll() is None:
+            process.terminate()
+    for process, _ in processes:
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def floor_rate(
+    admin: psycopg.Connection[Any], conninfo: str, *, clients: int, jobs: int, workdir: Path
+) -> Row:
+    """pgbench clients running the bare claim + done until the table is drained."""
+    fill(admin, "tenure_bench.jobs", jobs)
+    script = workdir / "peers-floor.sql"
+    script.write_text(BARE_CLAIM_SQL)
+    pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+    command = [
+        *(pgbench, "--no-vacuum", "--client", str(clients), "--jobs", str(min(clients, os.cpu_count() or 1))),
+        *("--time", "3600", "--file", str(script), *([conninfo] if conninfo else [])),
+    ]
+    log = workdir / f"peers-floor-{clients}.log"
+    loaded_at = server_epoch(admin)
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    processes = [(process, log)]
+    try:
+        rate = drain(
+            admin,
+            LEFT_SQL["floor"],
+            jobs=jobs,
+            loaded_at=loaded_at,
+            processes=processes,
+            record=log.with_suffix(".left"),
+        )
+    finally:
+        stop(processes)
+    return Row("floor", f"pgbench, {clients} clients", rate)
+
+
+def wait_ready(process: subprocess.Popen[bytes], log: Path, *, wait: float = 60.0) -> None:
+    end = time.monotonic() + wait
+    while "ready" not in log.read_text().split():
+        if process.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"peer worker {process.args!r} did not get ready:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
+def go(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """Let the ready peer workers start their worker loops."""
+    for process, _ in processes:
+        assert process.stdin is not None
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+
+
+@contextmanager
+def peer_workers(
+    command: list[str], count: int, *, logs: Path
+) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
+    """``count`` worker processes of ``command``, ready before the body runs, stopped after it."""
+    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for n in range(1, count + 1):
+            log = logs.with_name(f"{logs.name}-{n}.log")
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT
+                )
+                processes.append((process, log))
+        for process, log in processes:
+            wait_ready(process, log)
+        yield processes
+    finally:
+        stop(processes)
+
+
+def peer_rate(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    python: str,
+    peer: str,
+    option: tuple[str, int],
+    jobs: int,
+    workdir: Path,
+) -> Row:
+    """One peer, installed afresh in its schema, drained by PEER_PROCESSES worker processes."""
+    family = peer.split("-")[0]
+    base = [python, str(RUNNER), "--db", conninfo, "--schema", PEER_SCHEMAS[family], peer]
+    subprocess.run([*base, "install"], check=True, capture_output=True)
+    name, value = option
+    work = [*base, "work", f"--{name}", str(value)]
+    logs = workdir / f"peers-{peer}-{name}{value}"
+    with peer_workers(work, PEER_PROCESSES, logs=logs) as processes:
+        subprocess.run([*base, "enqueue", str(jobs)], check=True, capture_output=True)
+        admin.execute(f"ANALYZE {DRAINED[family]}")
+        loaded_at = server_epoch(admin)
+        go(processes)
+        rate = drain(
+            admin,
+            LEFT_SQL[family],
+            jobs=jobs,
+            loaded_at=loaded_at,
+            processes=processes,
+            record=logs.with_suffix(".left"),
+        )
+    return Row(peer, f"{PEER_PROCESSES} processes x {name} {value}", rate)
+
+
+def tenure_rate(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    processes: int,
+    concurrency: int,
+    jobs: int,
+    workdir: Path,
+) -> Row:
+    """Real ``tenure task worker`` processes draining a backlog loaded once they have started."""
+    clean(admin)
+    admin.execute("CHECKPOINT")
+    options = ("--concurrency", str(concurrency), "--poll-interval", "0.05")
+    logs = workdir / f"peers-tenure-{processes}x{concurrency}"
+    with task_workers(conninfo, processes, *options, logs=logs):
+        admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs})
+        loaded_at = server_epoch(admin)
+        admin.execute(f"ANALYZE {DRAINED['tenure']}")
+        rate = drain(
+            admin,
+            LEFT_SQL["tenure"],
+            jobs=jobs,
+            loaded_at=loaded_at,
+            processes=[],
+            record=logs.with_suffix(".left"),
+        )
+    clean(admin)
+    return Row("tenure", f"{processes} processes x concurrency {concurrency}", rate)
+
+
+def best(rows: Sequence[Row], system: str) -> Row | None:
+    return max((row for row in rows if row.system == system), key=lambda row: row.rate, default=None)
+
+
+def table(rows: Sequence[Row]) -> list[str]:
+    """Every row's jobs/s and its ratio to each reference: the floor at 4 and 8 clients and
+    the best configuration of each peer."""
+    references: list[tuple[str, Row]] = []
+    for clients in FLOOR_CLIENTS:
+        ref = next((row for row in rows if row.config == f"pgbench, {clients} clients"), None)
+        if ref is not None:
+            references.append((f"x floor({clients})", ref))
+    for peer in (*PGQUEUER_BATCHES, "procrastinate"):
+        ref = best(rows, peer)
+        if ref is not None:
+            references.append((f"x {peer}", ref))
+    header = f"    {'system':<18} {'configuration':<32} {'jobs/s':>8}" + "".join(
+        f" {label:>19}" for label, _ in references
+    )
+    lines = [header]
+    for row in rows:
+        ratios = "".join(f" {row.rate / ref.rate:19.2f}" for _, ref in references)
+        lines.append(f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios}")
+    lines.append(
+        "    references: "
+        + "; ".join(f"{label[2:]} = {ref.config} ({ref.rate:.0f} /s)" for label, ref in references)
+    )
+    return lines
+
+
+def plot(path: Path, rows: Sequence[Row], *, jobs: int) -> Path | None:
+    """Jobs/s per configuration, one bar each, coloured by system (matplotlib, the plots extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("    (no plot: matplotlib is not installed; pip install 'tenure[plots]')")
+        return None
+    colours = {
+        "floor": "#888888",
+        "pgqueuer-asyncpg": "#1f77b4",
+        "pgqueuer-psycopg": "#7fb3e0",
+        "procrastinate": "#ff7f0e",
+        "tenure": "#2ca02c",
+    }
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
+    labels = [f"{row.system}: {row.config}" for row in rows]
+    ax.barh(labels, [row.rate for row in rows], color=[colours.get(row.system, "#444444") for row in rows])
+    for n, row in enumerate(rows):
+        ax.text(row.rate, n, f" {row.rate:,.0f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("jobs/s between 10% and 90% drained")
+    ax.set_title(f"Draining {jobs:,} no-op jobs, same cluster, same run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def peers_bench(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    jobs: int,
+    python: str,
+    workdir: Path,
+    tenure_configs: Sequence[tuple[int, int]] = TENURE_CONFIGS,
+) -> list[Row]:
+    if not Path(python).exists():
+        raise RuntimeError(
+            f"no peers' interpreter at {python}: run scripts/install-peers.sh (make bench does)"
+        )
+    print(f"  tenure and its peers draining {jobs:,} no-op jobs, jobs/s between 10% and 90% drained:")
+    rows: list[Row] = []
+
+    def add(row: Row) -> None:
+        rows.append(row)
+        print(f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} /s", flush=True)
+
+    try:
+        for clients in FLOOR_CLIENTS:
+            add(floor_rate(admin, conninfo, clients=clients, jobs=jobs, workdir=workdir))
+        clean(admin)
+        for peer, batches in PGQUEUER_BATCHES.items():
+            for batch in batches:
+                add(
+                    peer_rate(
+                        admin,
+                        conninfo,
+                        python=python,
+                        peer=peer,
+                        option=("batch", batch),
+                        jobs=jobs,
+                        workdir=workdir,
+                    )
+                )
+        for concurrency in PROCRASTINATE_CONCURRENCY:
+            add(
+                peer_rate(
+                    admin,
+                    conninfo,
+                    python=python,
+                    peer="procrastinate",
+                    option=("concurrency", concurrency),
+                    jobs=jobs,
+                    workdir=workdir,
+                )
+            )
+        for processes, concurrency in tenure_configs:
+            add(
+                tenure_rate(
+                    admin, conninfo, processes=processes, concurrency=concurrency, jobs=jobs, workdir=workdir
+                )
+            )
+    finally:
+        for schema in PEER_SCHEMAS.values():
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        clean(admin)
+    print("  side by side (each ratio is the row's jobs/s over the reference's, same run):")
+    for line in table(rows):
+        print(line)
+    path = plot(workdir / "peers.png", rows, jobs=jobs)
+    if path is not None:
+        print(f"    plot: {path}")
+    print(f"    (peers from {python}; {sys.executable} ran tenure)")
+    return rows
