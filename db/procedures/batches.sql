@@ -329,8 +329,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_want integer := 2 * p_limit + 16;
-    v_scan integer := 8 * (2 * p_limit + 16);
+    v_want bigint := 2 * p_limit::bigint + 16;  -- bigint: computed before p_limit is checked
+    v_scan bigint := 8 * (2 * p_limit::bigint + 16);
     v_scanned bigint;
     v_keys text[];
     v_grants tenure.batch_grant[];
