@@ -269,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.peer_jobs < 10:
+        parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
         args.db,
         sections=args.sections,
