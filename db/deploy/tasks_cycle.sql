@@ -28,6 +28,13 @@ COMMENT ON COLUMN tenure.task_cycled.data IS 'New leases: the task''s data; NULL
 COMMENT ON COLUMN tenure.task_cycled.attempts IS 'Failed attempts so far.';
 COMMENT ON COLUMN tenure.task_cycled.next_action IS 'A new or extended lease: when it ends; a release or a failure: when the task is due again (NULL once dead); a completion: NULL.';
 
+-- Most tasks have no idempotency key: a unique index of every row's key (NULL included)
+-- costs an index entry on each insert and each update that moves the row. Index only
+-- the keys that are set; enqueue's ON CONFLICT DO NOTHING names no constraint, so it
+-- arbitrates on every unique index, this one included.
+ALTER TABLE tenure.task DROP CONSTRAINT task_idempotency_key_key;
+CREATE UNIQUE INDEX task_idempotency_key ON tenure.task (idempotency_key) WHERE idempotency_key IS NOT NULL;
+
 -- One outcome of a task_cycle request, as parsed from its JSON.
 CREATE TYPE tenure._task_outcome AS (
     ord         integer,
