@@ -82,7 +82,13 @@ def test_reservation_holds_the_lock_for_its_previous_holder(app_conninfo: str, c
     a = Driver(connect(app_conninfo))
     b = Driver(connect(app_conninfo))
     assert a.replica_acquire("a", reserve=30).acquired
+    a_pid = a.connection.info.backend_pid
     a.connection.close()
+    # Closing returns before the server ends the session (and frees its advisory lock): until
+    # then b would be refused for a live holder, not for the reservation this test is about.
+    watcher = connect()
+    gone = "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)"
+    wait_for(lambda: watcher.execute(gone, (a_pid,)).fetchone() == (True,))
     refused = b.replica_acquire("b", reserve=30)
     assert not refused.acquired and refused.replica == "a" and refused.reserved_until is not None
     again = Driver(connect(app_conninfo)).replica_acquire("a", reserve=30)
