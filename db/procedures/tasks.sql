@@ -1,5 +1,6 @@
 -- Lease-based tasks. Each public function is a SECURITY DEFINER wrapper over an
--- internal one that takes the time to act at (p_now, NULL = the server's clock).
+-- internal one that takes the time to act at (p_now, NULL = the server's clock). The
+-- wrappers are PL/pgSQL: a SQL function with SET is parsed and planned on every call.
 --
 -- Every write that only the lease holder may make matches (id, owner, epoch) and a
 -- lease that has not run out in one UPDATE; when nothing matched, _task_refuse says
@@ -274,9 +275,9 @@ CREATE OR REPLACE FUNCTION tenure.task_enqueue(
     p_kind text, p_data jsonb DEFAULT '{}', p_state text DEFAULT 'new', p_delay interval DEFAULT '0',
     p_id uuid DEFAULT NULL, p_idempotency_key text DEFAULT NULL, p_max_attempts integer DEFAULT 5
 ) RETURNS SETOF tenure.task_enqueued
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer) IS
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
@@ -286,9 +287,9 @@ Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or s
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
 RETURNS SETOF tenure.task_enqueued
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 'task_enqueue_many') $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 'task_enqueue_many'); END $$;
 
 COMMENT ON FUNCTION tenure.task_enqueue_many(jsonb) IS
 $$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts.
@@ -416,9 +417,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.task_acquire(
     p_owner uuid, p_lease interval, p_limit integer DEFAULT 1, p_kinds text[] DEFAULT NULL
 ) RETURNS SETOF tenure.task_lease
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
 $$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
@@ -455,9 +456,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_extend(p_id uuid, p_owner uuid, p_epoch bigint, p_lease interval)
 RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_extend(p_id, p_owner, p_epoch, p_lease, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_extend(p_id, p_owner, p_epoch, p_lease, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_extend(uuid, uuid, bigint, interval) IS
 $$Push the lease of task p_id forward to now + p_lease. Only the holder may: (p_owner, p_epoch) must match and the lease must not have run out.
@@ -503,9 +504,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.task_update(
     p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb DEFAULT NULL, p_lease interval DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_update(p_id, p_owner, p_epoch, p_state, p_data, p_lease, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_update(p_id, p_owner, p_epoch, p_state, p_data, p_lease, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_update(uuid, uuid, bigint, text, jsonb, interval) IS
 $$Store a state transition (p_state) and/or new data (p_data, replacing the old) of task p_id under the caller's lease, in one call; with p_lease, also extend the lease to now + p_lease.
@@ -550,9 +551,9 @@ CREATE OR REPLACE FUNCTION tenure.task_release(
     p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval DEFAULT '0', p_state text DEFAULT NULL,
     p_data jsonb DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state, p_data, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state, p_data, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb) IS
 $$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task.
@@ -586,9 +587,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.task_complete(
     p_id uuid, p_owner uuid, p_epoch bigint, p_state text DEFAULT 'done', p_data jsonb DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_complete(p_id, p_owner, p_epoch, p_state, p_data, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_complete(p_id, p_owner, p_epoch, p_state, p_data, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_complete(uuid, uuid, bigint, text, jsonb) IS
 $$Finish task p_id under the caller's lease: status done, final state p_state (default 'done'), optionally final data p_data. The task is kept for inspection until task_purge removes it.
@@ -645,9 +646,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.task_fail(
     p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_fail(p_id, p_owner, p_epoch, p_error, p_retry_delay, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_fail(p_id, p_owner, p_epoch, p_error, p_retry_delay, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_fail(uuid, uuid, bigint, text, interval) IS
 $$Record a failed attempt of task p_id under the caller's lease, with the error p_error. The task is due again after p_retry_delay, or by default after an exponential backoff (1 s, 2 s, 4 s, ... at most 1 hour); once attempts reach max_attempts it is dead instead, for an operator to list and task_requeue.
@@ -678,9 +679,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_fence(p_id uuid, p_owner uuid, p_epoch bigint)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_fence(p_id, p_owner, p_epoch, NULL) $$;
+AS $$ BEGIN PERFORM tenure._task_fence(p_id, p_owner, p_epoch, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_fence(uuid, uuid, bigint) IS
 $$Fence an application write: call it inside the transaction that makes the write; it raises TN102 (lease_lost) unless p_owner holds task p_id in epoch p_epoch under a lease that has not run out, and otherwise keeps any other instance from taking the task until that transaction ends.
@@ -767,6 +768,15 @@ BEGIN
     IF v_count > 10000 THEN
         PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must hold at most 10000 outcomes',
             v_count::text, 'Report the outcomes in several calls.');
+    END IF;
+    IF v_count = 0 THEN  -- only leases: an idle worker woken by a notification asks this
+        PERFORM tenure._durable();
+        IF p_limit > 0 THEN
+            RETURN QUERY
+            SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
+              FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
+        END IF;
+        RETURN;
     END IF;
     -- Parse every outcome by its type; only when that fails, or a parsed outcome breaks a
     -- rule, look for the first bad one to name it.
@@ -882,9 +892,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.task_cycle(
     p_owner uuid, p_lease interval, p_limit integer, p_kinds text[] DEFAULT NULL, p_outcomes jsonb DEFAULT '[]'
 ) RETURNS SETOF tenure.task_cycled
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb) IS
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
@@ -932,9 +942,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_eject(p_id uuid, p_owner uuid, p_lease interval)
 RETURNS SETOF tenure.task_lease
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._task_eject(p_id, p_owner, p_lease, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_eject(p_id, p_owner, p_lease, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_eject(uuid, uuid, interval) IS
 $$Take task p_id over at once for instance p_owner (a REST callback, say), whoever holds it: p_owner becomes the owner with a new epoch and a lease of p_lease, so every later write of the previous owner is refused with TN102. Waits for a write the previous owner fenced to commit first.
@@ -975,9 +985,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_requeue(p_id uuid, p_delay interval DEFAULT '0')
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_requeue(p_id, p_delay, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_requeue(p_id, p_delay, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_requeue(uuid, interval) IS
 $$Give a dead task p_id another life: pending again with its attempts reset, due after p_delay (default now). Its last_error is kept.
@@ -1009,9 +1019,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_purge(p_older_than interval, p_include_dead boolean DEFAULT false)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._task_purge(p_older_than, p_include_dead, NULL) $$;
+AS $$ BEGIN RETURN tenure._task_purge(p_older_than, p_include_dead, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
 $$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.

@@ -188,8 +188,12 @@ class Deadlines:
     """One watchdog thread that abandons the socket of every call that overran its bound.
 
     ``with deadlines.bounded(connection, seconds): ...`` costs a heap push and a
-    set update; the thread wakes only for the earliest deadline.
+    set update. The thread wakes at least every :attr:`TICK` seconds, so a call whose
+    bound ends later than its next wake-up does not wake it: no thread switch on the
+    path of a call, which a worker woken by a notification would wait for.
     """
+
+    TICK = 0.5
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -199,20 +203,20 @@ class Deadlines:
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._next_look = 0.0  # when the thread looks at the heap next, at the latest
 
     @contextmanager
     def bounded(self, connection: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
         token = next(self._tokens)
         deadline = time.monotonic() + seconds
         with self._wake:
-            earliest = not self._heap or deadline < self._heap[0][0]
             heapq.heappush(self._heap, (deadline, token, connection))
             self._live.add(token)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._watch, name=f"tenure-deadlines-{self.name}")
                 self._thread.daemon = True
                 self._thread.start()
-            elif earliest:
+            elif deadline < self._next_look:
                 self._wake.notify()
         try:
             yield
@@ -232,14 +236,13 @@ class Deadlines:
             while not self._closed:
                 while self._heap and self._heap[0][1] not in self._live:
                     heapq.heappop(self._heap)
-                if not self._heap:
-                    self._wake.wait()
-                    continue
-                deadline, token, connection = self._heap[0]
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = min(self._heap[0][0] - now, self.TICK) if self._heap else self.TICK
                 if left > 0:
+                    self._next_look = now + left
                     self._wake.wait(left)
                     continue
+                _, token, connection = self._heap[0]
                 heapq.heappop(self._heap)
                 self._live.discard(token)
                 log.warning("%s: a call overran its time bound: abandoning its connection", self.name)
