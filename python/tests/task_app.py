@@ -4,6 +4,8 @@ write to an audit table in the same transaction as the task's transition.
 flow/new      "submits to a remote system", then waits for it: released, due in 0.2 s
 flow/waiting  "confirms with the remote system" and completes
 slow          holds its task for a while (for takeover timing), then completes
+quick         completes at once without writes: its outcome rides in the worker's
+              batched round trips (task_cycle), not in a transaction of its own
 """
 
 from __future__ import annotations
@@ -39,10 +41,15 @@ def slow(task: Task) -> Complete:
     return Complete(writes=audit(task, "slow"))
 
 
+def quick(task: Task) -> Complete:
+    return Complete(state="quick")
+
+
 PROCESSORS: dict[str | tuple[str, str], Processor] = {
     ("flow", "new"): submit,
     ("flow", "waiting"): confirm,
     "slow": slow,
+    "quick": quick,
 }
 
 AUDIT_SQL = """

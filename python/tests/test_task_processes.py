@@ -1,7 +1,8 @@
 """Task workers as real processes under SIGKILL and SIGSTOP, checked from the database.
 
 Four workers run 2,000 tasks of a two-step state machine whose second step waits on
-a "remote system" (the task is released and due again a little later). Workers are
+a "remote system" (the task is released and due again a little later), and 1,000
+tasks that complete at once, whose outcomes ride in batched round trips. Workers are
 killed and frozen at random moments. Afterwards: every task reached its final state;
 the audit table, written through each step's transition, shows every step accepted
 exactly once; and each accepted write fell inside its own lease, by the server's
@@ -28,6 +29,7 @@ from tenure import Driver
 from tenure.testing.tasks import TaskWorkerProcess
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
+QUICK = TASKS // 2
 LEASE, POLL = 1.0, 0.2
 # Process scheduling on a loaded two-core machine adds to the bound.
 SLACK = 0.5
@@ -67,6 +69,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
 ) -> None:
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
+    driver.task_enqueue_many([{"kind": "quick", "max_attempts": 50} for _ in range(QUICK)])
     chaos = random.Random(os.environ.get("TENURE_CHAOS_SEED", "tenure"))
     kills = freezes = 0
     deadline = time.monotonic() + 240
@@ -75,7 +78,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
         row = admin.execute("SELECT count(*) FROM tenure.task WHERE status = 'done'").fetchone()
         return int(row[0]) if row else 0
 
-    while done() < TASKS and time.monotonic() < deadline:
+    while done() < TASKS + QUICK and time.monotonic() < deadline:
         time.sleep(chaos.uniform(0.05, 0.4))
         if kills + freezes >= 12:
             continue
@@ -91,13 +94,20 @@ def test_two_step_tasks_survive_kills_and_freezes(
             time.sleep(LEASE + 0.5)
             victim.process.send_signal(signal.SIGCONT)
             freezes += 1
-    assert done() == TASKS, f"only {done()} of {TASKS} tasks finished"
+    assert done() == TASKS + QUICK, f"only {done()} of {TASKS + QUICK} tasks finished"
     assert kills + freezes > 0
     for worker in workers:
         worker.stop()
 
-    states = admin.execute("SELECT state, count(*) FROM tenure.task GROUP BY state").fetchall()
-    assert states == [("confirmed", TASKS)]
+    states = admin.execute("SELECT state, count(*) FROM tenure.task GROUP BY state ORDER BY state").fetchall()
+    assert states == [("confirmed", TASKS), ("quick", QUICK)]
+    # A batched completion took effect under the last lease the task was given, after it began.
+    stale = admin.execute(
+        "SELECT t.id FROM tenure.task t JOIN tenure.task_lease_log l ON l.task_id = t.id "
+        "WHERE t.kind = 'quick' GROUP BY t.id, t.epoch, t.finished_at "
+        "HAVING t.epoch <> max(l.epoch) OR t.finished_at < max(l.leased_at)"
+    ).fetchall()
+    assert stale == [], f"completions not under the task's last lease: {stale[:5]}"
     audit = admin.execute("SELECT task_id, epoch, owner, step, done_at FROM task_audit").fetchall()
     steps = Counter((task_id, step) for task_id, _, _, step, _ in audit)
     assert len(steps) == 2 * TASKS and set(steps.values()) == {1}, "every step accepted exactly once"
