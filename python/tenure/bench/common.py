@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,18 @@ def growth(before: TableState, after: TableState) -> str:
     updates = after.updates - before.updates
     hot = 100 * (after.hot_updates - before.hot_updates) / updates if updates else 0.0
     return f"{before.pages:,} -> {after.pages:,} ({hot:.0f}%)"
+
+
+def stop_processes(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """SIGTERM, then SIGKILL after 15 s; a process still waiting on its standard input gets EOF."""
+    for process, _ in processes:
+        if process.stdin is not None:
+            process.stdin.close()
+        if process.poll() is None:
+            process.terminate()
+    for process, _ in processes:
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

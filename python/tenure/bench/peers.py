@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import scalar
+from tenure.bench.common import scalar, stop_processes
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
@@ -142,21 +142,6 @@ def server_epoch(admin: psycopg.Connection[Any]) -> float:
     return float(scalar(admin, "SELECT extract(epoch FROM clock_timestamp())::float8"))
 
 
-def stop(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:
-    """SIGTERM, then SIGKILL after 15 s; a peer worker still waiting for its word gets EOF."""
-    for process, _ in processes:
-        if process.stdin is not None:
-            process.stdin.close()
-        if process.poll() is None:
-            process.terminate()
-    for process, _ in processes:
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def floor_rate(
     admin: psycopg.Connection[Any], conninfo: str, *, clients: int, jobs: int, workdir: Path
 ) -> Row:
@@ -184,7 +169,7 @@ def floor_rate(
             record=log.with_suffix(".left"),
         )
     finally:
-        stop(processes)
+        stop_processes(processes)
     return Row("floor", f"pgbench, {clients} clients", rate)
 
 
@@ -222,7 +207,7 @@ def peer_workers(
             wait_ready(process, log)
         yield processes
     finally:
-        stop(processes)
+        stop_processes(processes)
 
 
 def peer_rate(

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import percentile, pgbench_tps, scalar
+from tenure.bench.common import percentile, pgbench_tps, scalar, stop_processes
 from tenure.driver import Driver
 from tenure.testing.database import server_now
 
@@ -158,15 +158,7 @@ def task_workers(
             wait_started(process, log_path)
         yield
     finally:
-        for process, _ in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process, _ in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(processes)
 
 
 def worker_rate(
