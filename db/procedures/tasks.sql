@@ -769,15 +769,6 @@ BEGIN
         PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must hold at most 10000 outcomes',
             v_count::text, 'Report the outcomes in several calls.');
     END IF;
-    IF v_count = 0 THEN  -- only leases: an idle worker woken by a notification asks this
-        PERFORM tenure._durable();
-        IF p_limit > 0 THEN
-            RETURN QUERY
-            SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
-              FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
-        END IF;
-        RETURN;
-    END IF;
     -- Parse every outcome by its type; only when that fails, or a parsed outcome breaks a
     -- rule, look for the first bad one to name it.
     BEGIN
