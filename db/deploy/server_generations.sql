@@ -19,10 +19,11 @@ COMMENT ON TABLE tenure.server_generation IS
 -- The timeline a primary writes WAL on now: the first 8 hex digits of the current WAL
 -- file's name (pg_walfile_name uses the insertion timeline, new at once after a
 -- promotion, where pg_control_checkpoint() waits for the next checkpoint).
+-- SQL without SET, so it is inlined where it is called (internal: only tenure's own
+-- functions, which pin search_path, call it).
 CREATE FUNCTION tenure._server_timeline() RETURNS integer
-LANGUAGE plpgsql VOLATILE  -- not sql: a SQL function with SET is parsed and planned again on every call
-SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer; END $$;
+LANGUAGE sql VOLATILE
+AS $$ SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer $$;
 
 -- The server this change is deployed on is the first generation.
 INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)

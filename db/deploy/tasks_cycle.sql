@@ -48,4 +48,17 @@ CREATE TYPE tenure._task_outcome AS (
     retry_delay interval
 );
 
+-- Workers that wait for notifications (task_cycle's p_wait): a task that becomes due is
+-- announced with NOTIFY only while one waits for its kind. A NOTIFY serialises the
+-- commits of every transaction that sent one, so announcing each enqueue to no one
+-- capped concurrent enqueues. Unlogged: after a crash or a failover the registry starts
+-- empty and each worker registers again at its next poll.
+CREATE UNLOGGED TABLE tenure.task_waiter (
+    owner uuid        PRIMARY KEY,
+    kinds text[],     -- NULL: any kind
+    until timestamptz NOT NULL
+);
+COMMENT ON TABLE tenure.task_waiter IS
+    'Instances waiting for NOTIFY tenure_task (registered by task_cycle with p_wait), each until a time by the server''s clock; kinds NULL means any kind.';
+
 COMMIT;

@@ -31,7 +31,15 @@ BEGIN
     IF current_setting('synchronous_commit') IN ('off', 'local') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
-    PERFORM tenure._follow_server(NULL);
+    -- Every call of every function comes here: the common case (the primary of the last
+    -- generation) is one statement, _follow_server's own test without its calls.
+    IF pg_is_in_recovery() OR NOT EXISTS (
+        SELECT FROM (SELECT g.timeline, g.system_identifier FROM tenure.server_generation g
+                      ORDER BY g.generation DESC LIMIT 1) g
+         WHERE g.timeline = tenure._server_timeline()
+           AND g.system_identifier = (SELECT c.system_identifier FROM pg_control_system() c)) THEN
+        PERFORM tenure._follow_server(NULL);
+    END IF;
 END
 $$;
 
@@ -111,13 +119,12 @@ $$;
 -- no-break and other Unicode spaces), which no name, key or state may be.
 CREATE OR REPLACE FUNCTION tenure._blank(p_value text)
 RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE  -- not sql: a SQL function with SET is parsed and planned again on every call
-SET search_path = pg_catalog, pg_temp
+-- SQL without SET, so it is inlined where it is called (internal: only tenure's own
+-- functions, which pin search_path, call it).
+LANGUAGE sql IMMUTABLE
 AS $$
-BEGIN
-    RETURN p_value IS NULL
-        OR p_value ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$';
-END
+    SELECT p_value IS NULL
+        OR p_value ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$'
 $$;
 
 CREATE OR REPLACE FUNCTION tenure._check_name(p_function text, p_argument text, p_value text)

@@ -83,7 +83,67 @@ BEGIN
 END
 $$;
 
--- Enqueue -------------------------------------------------------------------------
+-- Announcing due tasks ----------------------------------------------------------------
+
+-- A task that becomes due is announced with NOTIFY tenure_task (payload: its kind) only
+-- while a worker waits for that kind: PostgreSQL serialises the commits of every
+-- transaction that sent a notification, so announcing each enqueue to no one capped how
+-- many could commit at once. Workers register by task_cycle's p_wait (_task_wait).
+--
+-- No wake-up is lost between the two: a waiter registers under the exclusive
+-- transaction lock below and then looks for due tasks once more; an announcer takes the
+-- same lock shared after its write, and reads the waiters in a later statement. Either
+-- the announcer committed before the waiter took the lock, and the waiter's second look
+-- (a later snapshot) sees its task; or the announcer took the lock after the waiter
+-- committed, and its read of the waiters (a later snapshot) sees the registration. A
+-- transaction that reads from one snapshot (repeatable read, serializable) cannot rely on
+-- the second, so it always announces.
+CREATE OR REPLACE FUNCTION tenure._task_announce(p_kinds text[], p_now timestamptz)
+RETURNS text[]  -- the kinds announced
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- planning its statements would cost more than running them
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_announced text[];
+BEGIN
+    IF cardinality(p_kinds) = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('tenure.task_wait'), 0);
+        IF NOT EXISTS (SELECT FROM tenure.task_waiter w WHERE w.until > v_now) THEN
+            RETURN '{}';  -- the common case under load: every worker is busy
+        END IF;
+        v_announced := ARRAY(
+            SELECT DISTINCT k FROM unnest(p_kinds) k
+             WHERE EXISTS (SELECT FROM tenure.task_waiter w
+                            WHERE w.until > v_now AND (w.kinds IS NULL OR k = ANY (w.kinds))));
+    ELSE
+        v_announced := ARRAY(SELECT DISTINCT k FROM unnest(p_kinds) k);
+    END IF;
+    PERFORM pg_notify('tenure_task', k) FROM unnest(v_announced) k;
+    RETURN v_announced;
+END
+$$;
+
+-- Register p_owner as waiting for NOTIFY tenure_task of p_kinds (NULL: any) until
+-- p_until. The caller must look for due tasks again afterwards, in a later statement
+-- (see _task_announce).
+CREATE OR REPLACE FUNCTION tenure._task_wait(p_owner uuid, p_kinds text[], p_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('tenure.task_wait'), 0);
+    INSERT INTO tenure.task_waiter AS w (owner, kinds, until) VALUES (p_owner, p_kinds, p_until)
+    ON CONFLICT (owner) DO UPDATE SET kinds = excluded.kinds, until = excluded.until;
+END
+$$;
+
+-- Enqueue ----------------------------------------------------------------------------
 
 -- What is wrong with a task to enqueue, or NULL: one rule for one task and for many.
 CREATE OR REPLACE FUNCTION tenure._task_input_problem(i tenure._task_input)
@@ -144,7 +204,7 @@ BEGIN
     RETURNING t.id, t.kind, true, t.next_action INTO v_done;
     IF FOUND THEN
         IF p_delay = interval '0' THEN
-            PERFORM pg_notify('tenure_task', p_kind);
+            PERFORM tenure._task_announce(ARRAY[p_kind], v_now);
         END IF;
         RETURN NEXT v_done;
         RETURN;
@@ -170,7 +230,6 @@ DECLARE
     v_bad tenure._task_input;
     v_field record;
     v_created uuid[];
-    v_kind text;
 BEGIN
     IF p_tasks IS NULL OR jsonb_typeof(p_tasks) <> 'array' THEN
         PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'must be a JSON array of task objects',
@@ -265,9 +324,7 @@ BEGIN
       ) r
      ORDER BY r.ord;
 
-    FOR v_kind IN SELECT DISTINCT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0' LOOP
-        PERFORM pg_notify('tenure_task', v_kind);
-    END LOOP;
+    PERFORM tenure._task_announce(ARRAY(SELECT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0'), v_now);
 END
 $$;
 
@@ -282,7 +339,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_st
 COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer) IS
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
 p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
-A task due now is announced with NOTIFY tenure_task, payload = kind. p_max_attempts (default 5) bounds failed attempts before the task is dead.
+A task due now is announced with NOTIFY tenure_task (payload: the kind) while a worker waits for its kind (see task_cycle's p_wait). p_max_attempts (default 5) bounds failed attempts before the task is dead.
 Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, or an idempotency key that is empty or over 500 characters.$$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
@@ -541,7 +598,7 @@ BEGIN
         PERFORM tenure._task_refuse('task_release', p_id, p_owner, p_epoch, v_now);
     END IF;
     IF p_delay = interval '0' THEN
-        PERFORM pg_notify('tenure_task', v_kind);
+        PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
     END IF;
     RETURN v_due;
 END
@@ -556,7 +613,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state, p_data, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb) IS
-$$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task.
+$$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task while a worker waits for its kind.
 Returns when the task is next due.
 Errors: TN001 on NULL or invalid arguments (a negative delay included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
 
@@ -637,7 +694,7 @@ BEGIN
         PERFORM tenure._task_refuse('task_fail', p_id, p_owner, p_epoch, v_now);
     END IF;
     IF v_task.next_action = v_now THEN
-        PERFORM pg_notify('tenure_task', v_task.kind);
+        PERFORM tenure._task_announce(ARRAY[v_task.kind], v_now);
     END IF;
     RETURN v_task.next_action;
 END
@@ -743,7 +800,8 @@ AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION tenure._task_cycle(
-    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_outcomes jsonb, p_now timestamptz
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_outcomes jsonb, p_wait interval,
+    p_now timestamptz
 ) RETURNS SETOF tenure.task_cycled
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -757,8 +815,14 @@ DECLARE
     v_outcomes tenure._task_outcome[];
     v_applied tenure.task_cycled[];
     v_wake text[];
+    v_leased integer;
+    v_second integer;
 BEGIN
     PERFORM tenure._task_check_take('task_cycle', p_owner, p_lease, p_limit, 0, p_kinds);
+    IF p_wait <= interval '0' OR p_wait > interval '1 day' THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_wait', 'must be NULL or between 0 and 1 day',
+            p_wait::text, 'Pass about twice the poll interval, such as ''10 seconds''.');
+    END IF;
     IF p_outcomes IS NULL OR jsonb_typeof(p_outcomes) <> 'array' THEN
         PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must be a JSON array of outcomes',
             quote_nullable(left(p_outcomes::text, 100)),
@@ -868,30 +932,48 @@ BEGIN
           LEFT JOIN tenure.task t ON t.id = e.id
          ORDER BY e.ord;
     END IF;
-    IF v_wake IS NOT NULL THEN
-        PERFORM pg_notify('tenure_task', k) FROM unnest(v_wake) k;
-    END IF;
 
     IF p_limit > 0 THEN
         RETURN QUERY
         SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
           FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
+        GET DIAGNOSTICS v_leased = ROW_COUNT;
+        IF p_wait IS NULL THEN
+            NULL;
+        ELSIF v_leased < p_limit THEN
+            -- Slots left free: wait for notifications, then look once more (_task_announce).
+            PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
+            RETURN QUERY
+            SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
+              FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l;
+            GET DIAGNOSTICS v_second = ROW_COUNT;
+            IF v_leased + v_second = p_limit THEN
+                DELETE FROM tenure.task_waiter WHERE owner = p_owner;
+            END IF;
+        ELSE
+            DELETE FROM tenure.task_waiter WHERE owner = p_owner;
+        END IF;
+    END IF;
+    IF v_wake IS NOT NULL THEN
+        PERFORM tenure._task_announce(v_wake, v_now);
     END IF;
 END
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_cycle(
-    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[] DEFAULT NULL, p_outcomes jsonb DEFAULT '[]'
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[] DEFAULT NULL, p_outcomes jsonb DEFAULT '[]',
+    p_wait interval DEFAULT NULL
 ) RETURNS SETOF tenure.task_cycled
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, NULL); END $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, p_wait, NULL); END $$;
 
-COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb) IS
+COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval) IS
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
+With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
 Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
-Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice); nothing changes then.$$;
+Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 
 -- Taking over, requeueing and cleaning up --------------------------------------------
 
@@ -968,7 +1050,7 @@ BEGIN
         RETURN false;
     END IF;
     IF p_delay = interval '0' THEN
-        PERFORM pg_notify('tenure_task', v_kind);
+        PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
     END IF;
     RETURN true;
 END
@@ -1023,7 +1105,7 @@ GRANT EXECUTE ON FUNCTION
     tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
     tenure.task_enqueue_many(jsonb),
     tenure.task_acquire(uuid, interval, integer, text[]),
-    tenure.task_cycle(uuid, interval, integer, text[], jsonb),
+    tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval),
     tenure.task_extend(uuid, uuid, bigint, interval),
     tenure.task_update(uuid, uuid, bigint, text, jsonb, interval),
     tenure.task_release(uuid, uuid, bigint, interval, text, jsonb),

@@ -9,8 +9,10 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/claims@v0.1.0.sql
 
 -- Functions that came after v0.1.0.
-DROP FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb);
-DROP FUNCTION tenure._task_cycle(uuid, interval, integer, text[], jsonb, timestamptz);
+DROP FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval);
+DROP FUNCTION tenure._task_cycle(uuid, interval, integer, text[], jsonb, interval, timestamptz);
+DROP FUNCTION tenure._task_announce(text[], timestamptz);
+DROP FUNCTION tenure._task_wait(uuid, text[], timestamptz);
 DROP FUNCTION tenure._task_outcome_problem(jsonb);
 DROP FUNCTION tenure._task_outcome_keys(text);
 DROP FUNCTION tenure._seconds_value(jsonb, boolean);

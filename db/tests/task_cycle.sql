@@ -12,7 +12,7 @@ CREATE FUNCTION pg_temp.cycle(p_limit integer, p_outcomes text, p_at text DEFAUL
 RETURNS SETOF tenure.task_cycled
 LANGUAGE sql
 AS $$ SELECT * FROM tenure._task_cycle('00000000-0000-0000-0000-00000000000a', '30 s', p_limit, ARRAY['cyc'],
-                                      p_outcomes::jsonb, p_at::timestamptz) $$;
+                                      p_outcomes::jsonb, NULL, p_at::timestamptz) $$;
 
 -- Everything of a task but its id, to compare twins.
 CREATE FUNCTION pg_temp.shape(p_id text)
@@ -24,8 +24,8 @@ AS $$ SELECT status, state, data, owner, epoch, attempts, last_error, next_actio
              last_change, last_action
         FROM tenure.task WHERE id = p_id::uuid $$;
 
-SELECT has_function('tenure', 'task_cycle', ARRAY['uuid', 'interval', 'integer', 'text[]', 'jsonb']);
-SELECT function_returns('tenure', 'task_cycle', ARRAY['uuid', 'interval', 'integer', 'text[]', 'jsonb'],
+SELECT has_function('tenure', 'task_cycle', ARRAY['uuid', 'interval', 'integer', 'text[]', 'jsonb', 'interval']);
+SELECT function_returns('tenure', 'task_cycle', ARRAY['uuid', 'interval', 'integer', 'text[]', 'jsonb', 'interval'],
     'setof tenure.task_cycled');
 
 -- Tasks 701-708 and their twins 801-808; 707 and 807 die at their first failure.
@@ -178,7 +178,7 @@ SET LOCAL ROLE tenure_worker;
 SELECT lives_ok($$SELECT * FROM tenure.task_cycle('00000000-0000-0000-0000-00000000000a', '30 s', 0, NULL, '[]')$$,
     'tenure_worker may call task_cycle');
 SELECT throws_ok(
-    $$SELECT * FROM tenure._task_cycle('00000000-0000-0000-0000-00000000000a', '30 s', 0, NULL, '[]', now())$$,
+    $$SELECT * FROM tenure._task_cycle('00000000-0000-0000-0000-00000000000a', '30 s', 0, NULL, '[]', NULL, now())$$,
     '42501', NULL, 'tenure_worker cannot call the time-travel function');
 RESET ROLE;
 

@@ -7,3 +7,5 @@ SELECT ord, id, epoch, outcome, state, data, delay, error, retry_delay
  WHERE false;
 
 SELECT 1 / count(*) FROM pg_indexes WHERE schemaname = 'tenure' AND indexname = 'task_idempotency_key';
+
+SELECT owner, kinds, until FROM tenure.task_waiter WHERE false;

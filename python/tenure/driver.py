@@ -438,18 +438,28 @@ class Driver:
         limit: int,
         kinds: Sequence[str] | None = None,
         outcomes: Sequence[dict[str, Any]] = (),
+        wait: timedelta | float | None = None,
     ) -> list[TaskCycled]:
         """Report ``outcomes`` and lease up to ``limit`` due tasks, in one call and one commit.
 
         Each outcome is ``{"id": ..., "epoch": ..., "outcome": "complete" | "release" | "fail" | "extend"}``
         with the optional keys of that outcome (``state``, ``data``, ``delay`` and ``retry_delay`` in
         seconds, ``error``); ids may be UUIDs. Returns a row per outcome, then a row per new lease.
+        With ``wait``, a call that leaves slots free registers ``owner`` for ``NOTIFY tenure_task``
+        of its kinds for that long (tasks are announced only to registered waiters).
         """
         payload = [{**outcome, "id": str(outcome["id"])} for outcome in outcomes]
         return self._rows(
             TaskCycled,
-            "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s)",
-            (owner, _seconds(lease), limit, None if kinds is None else list(kinds), Jsonb(payload)),
+            "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s, %s)",
+            (
+                owner,
+                _seconds(lease),
+                limit,
+                None if kinds is None else list(kinds),
+                Jsonb(payload),
+                None if wait is None else _seconds(wait),
+            ),
         )
 
     def task_extend(self, id: UUID, owner: UUID, epoch: int, *, lease: timedelta | float) -> datetime:

@@ -164,6 +164,26 @@ def test_notifications_wake_an_idle_worker(app_conninfo: str, admin: psycopg.Con
         assert wait_until(lambda: worker.stats.completed == 1, timeout=30)
 
 
+def test_tasks_are_announced_only_while_a_worker_waits(
+    app_conninfo: str, admin: psycopg.Connection[Any], admin_conninfo: str
+) -> None:
+    driver = Driver(admin)
+    with psycopg.connect(admin_conninfo, autocommit=True) as listener:
+        listener.execute("LISTEN tenure_task")
+        driver.task_enqueue("ping")
+        driver.task_enqueue("pong")
+        assert list(listener.notifies(timeout=0.5)) == [], "no worker waits: nothing is announced"
+        with TaskWorker(app_conninfo, {"ping": complete}, lease=5, poll_interval=60) as worker:
+            assert wait_until(lambda: worker.stats.completed == 1, timeout=30), "found by its first poll"
+            waiting = "SELECT kinds FROM tenure.task_waiter WHERE owner = %s AND until > now()"
+            assert admin.execute(waiting, (worker.instance_id,)).fetchall() == [(["ping"],)]
+            driver.task_enqueue("pong")
+            driver.task_enqueue("ping")
+            payloads = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+            assert payloads == ["ping"], "announced: the kind the idle worker waits for, not the other"
+            assert wait_until(lambda: worker.stats.completed == 2, timeout=30)
+
+
 def test_shutdown_releases_tasks_in_flight(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
     driver = Driver(admin)
     started, finish = threading.Event(), threading.Event()

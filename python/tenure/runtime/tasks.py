@@ -197,6 +197,9 @@ class TaskWorker:
         self.safe_window = lease - self.extend_every
         self.poll_interval = poll_interval
         self.listen = listen
+        # How long an idle worker stays registered for notifications: past its next poll,
+        # which registers it again. None: not listening, so not registered.
+        self._wait = min(2 * poll_interval + 1.0, 86400.0) if listen else None
         self.shutdown_grace = shutdown_grace
         self.instance_id = uuid.uuid4()
         self.name = instance_name(name)
@@ -424,6 +427,7 @@ class TaskWorker:
                     limit=limit,
                     kinds=self.kinds,
                     outcomes=[_outcome_json(task, outcome) for task, outcome in reported],
+                    wait=self._wait if limit else None,
                 ),
                 until=until,
             )
