@@ -19,7 +19,7 @@ $$;
 
 -- The selection summary of keys p_keys (batch_key.ready, head_at) from their batches, and
 -- last_selected = p_now for the keys in p_served. The caller holds the rows of p_keys
--- locked (FOR UPDATE, taken in an earlier statement), so this statement's snapshot sees
+-- locked (FOR NO KEY UPDATE, taken in an earlier statement), so this statement's snapshot sees
 -- every committed change to their batches and no other writer can recompute them meanwhile.
 -- Every change that can make a key selectable (a batch enqueued, resolved, retried or
 -- skipped, a mode changed) goes through here; a change that can only make it less
@@ -32,6 +32,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF cardinality(p_keys) = 0 THEN
+        RETURN;  -- a resolution that cannot make its key more selectable
+    END IF;
     UPDATE tenure.batch_key AS k
        SET ready = s.ready, head_at = s.head_at,
            last_selected = CASE WHEN s.served THEN p_now ELSE k.last_selected END
@@ -59,18 +62,41 @@ END
 $$;
 
 -- Locks the batch_key rows of keys p_keys, in key order (as every writer does, so that
--- two of them never wait for each other in a cycle).
-CREATE OR REPLACE FUNCTION tenure._batch_lock_keys(p_keyspace text, p_keys text[])
+-- two of them never wait for each other in a cycle), in mode p_mode:
+-- - 'no key update' (enqueue, selection, a resolution that can make its key selectable,
+--   repairs): they wait for each other, so each recomputes a key's summary from what the
+--   others committed;
+-- - 'update' (batch_configure): waits also for the 'key share' locks below, since a mode
+--   change decides which resolutions must recompute a summary;
+-- - 'key share' (every resolution): keeps the key's mode from changing until the
+--   resolution commits, without waiting for selections.
+-- (plan_cache_mode: one plan for every call; a custom plan per call cost more to plan than to run)
+CREATE OR REPLACE FUNCTION tenure._batch_lock_keys(p_keyspace text, p_keys text[], p_mode text DEFAULT 'no key update')
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
-    PERFORM 1
-       FROM (SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key)) u
-       JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = u.key
-      ORDER BY k.key
-        FOR UPDATE OF k;
+    IF p_mode = 'no key update' THEN
+        PERFORM 1
+           FROM (SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key)) u
+           JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = u.key
+          ORDER BY k.key
+            FOR NO KEY UPDATE OF k;
+    ELSIF p_mode = 'key share' THEN
+        PERFORM 1
+           FROM (SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key)) u
+           JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = u.key
+          ORDER BY k.key
+            FOR KEY SHARE OF k;
+    ELSE
+        PERFORM 1
+           FROM (SELECT DISTINCT u.key FROM unnest(p_keys) AS u(key)) u
+           JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = u.key
+          ORDER BY k.key
+            FOR UPDATE OF k;
+    END IF;
 END
 $$;
 
@@ -110,14 +136,14 @@ BEGIN
         -- The keys' summaries depend on the queue's mode: every key is looked at again
         -- (a rare operator call; it waits for selections in progress).
         SELECT coalesce(array_agg(k.key), '{}') INTO v_keys FROM tenure.batch_key k WHERE k.keyspace = p_keyspace;
-        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys, 'update');
         INSERT INTO tenure.batch_queue (keyspace, mode, implicit_deps) VALUES (p_keyspace, p_mode, p_implicit_deps)
         ON CONFLICT (keyspace) DO UPDATE SET mode = excluded.mode, implicit_deps = excluded.implicit_deps;
     ELSE
         PERFORM tenure._check_name('batch_configure', 'p_key', p_key);
         PERFORM tenure._batch_key(p_keyspace, p_key, coalesce(p_now, clock_timestamp()));
         v_keys := ARRAY[p_key];
-        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys, 'update');
         UPDATE tenure.batch_key SET mode = p_mode, implicit_deps = p_implicit_deps
          WHERE keyspace = p_keyspace AND key = p_key;
     END IF;
@@ -219,9 +245,7 @@ BEGIN
     -- Per-key sequence numbers are handed out under the lock of each key's row, in
     -- key order, so concurrent producers cannot interleave numbers out of commit order.
     PERFORM tenure._batch_key(p_keyspace, k.key, v_now) FROM (SELECT DISTINCT i.key FROM unnest(v_input) i) k;
-    PERFORM 1 FROM tenure.batch_key k
-      WHERE k.keyspace = p_keyspace AND k.key IN (SELECT i.key FROM unnest(v_input) i)
-      ORDER BY k.key FOR UPDATE;
+    PERFORM tenure._batch_lock_keys(p_keyspace, ARRAY(SELECT i.key FROM unnest(v_input) i));
 
     WITH fresh AS (
         -- new ids only, each once (its first occurrence), numbered in input order per key
@@ -321,11 +345,19 @@ Errors: TN001 on an empty keyspace or key, a NULL payload, an empty state key or
 
 -- Selection ---------------------------------------------------------------------------
 
+-- One plan for every call (plan_cache_mode): the selection statement's custom plans cost
+-- more to make than to run (0.6 ms of planning per call with 4 keys: its generic plan
+-- looked dearer, since it cannot see how few keys the call drives), and its statements
+-- read few rows by index whatever the arguments. No JIT: a plan's cost estimate (it
+-- cannot see how few batches per key LIMIT takes) may pass jit_above_cost, and
+-- compiling took 60 ms for a statement that runs in 0.3 ms.
 CREATE OR REPLACE FUNCTION tenure._batch_select(
     p_keyspace text, p_instance uuid, p_limit integer, p_depth integer, p_now timestamptz
 ) RETURNS SETOF tenure.batch_grant
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
@@ -581,8 +613,42 @@ BEGIN
 END
 $$;
 
--- The batch's key is locked first, as selection locks it before its batches: the summary
--- of the key is then recomputed from what this transaction sees after the lock.
+-- Locks the keys of the batches p_ids that resolutions to p_statuses reach, and returns
+-- those whose summary the resolutions may make more selectable, locked as selection
+-- locks them (before their batches); the caller refreshes them once it has resolved.
+-- A pending batch resolved as committed or invalid changes neither its key's waiting
+-- batches nor, unless the key is serial, whether the key is blocked: its key is only
+-- held in key share mode, so the monitor's resolutions do not wait for selections of
+-- the same keys (with few keys, every selection and every resolution touches them all).
+-- The mode is read after that lock, which batch_configure's waits for.
+CREATE OR REPLACE FUNCTION tenure._batch_resolve_lock(p_keyspace text, p_ids uuid[], p_statuses text[])
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    PERFORM 1 FROM tenure.batch_key k
+      WHERE k.keyspace = p_keyspace
+        AND k.key IN (SELECT b.key FROM tenure.batch b WHERE b.id = ANY (p_ids) AND b.keyspace = p_keyspace)
+      ORDER BY k.key
+        FOR KEY SHARE OF k;
+    v_keys := ARRAY(SELECT DISTINCT b.key
+                      FROM unnest(p_ids, p_statuses) AS r(id, status)
+                      JOIN tenure.batch b ON b.id = r.id AND b.keyspace = p_keyspace
+                      JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = b.key
+                      LEFT JOIN tenure.batch_queue q ON q.keyspace = p_keyspace
+                     WHERE b.status <> 'pending' OR r.status IS NULL OR r.status NOT IN ('committed', 'invalid')
+                        OR coalesce(k.mode, q.mode, 'serial') = 'serial');
+    IF cardinality(v_keys) > 0 THEN
+        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
+    END IF;
+    RETURN v_keys;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._batch_resolve(
     p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz
 ) RETURNS text
@@ -590,10 +656,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_keys text[] := ARRAY(SELECT b.key FROM tenure.batch b WHERE b.id = p_id AND b.keyspace = p_keyspace);
+    v_keys text[] := tenure._batch_resolve_lock(p_keyspace, ARRAY[p_id], ARRAY[p_status]);
     v_status text;
 BEGIN
-    PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
     v_status := tenure._batch_resolve_one(p_keyspace, p_instance, p_id, p_epoch, p_status, p_detail, p_now);
     PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
     RETURN v_status;
@@ -634,11 +699,11 @@ BEGIN
     END IF;
     BEGIN
         -- The keys first, in key order, as selection and every other writer lock them.
-        SELECT coalesce(array_agg(DISTINCT b.key), '{}') INTO v_keys
-          FROM jsonb_array_elements(p_resolutions) AS e(item)
-          JOIN tenure.batch b ON b.keyspace = p_keyspace
-                             AND b.id = (CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ->> 'id' END)::uuid;
-        PERFORM tenure._batch_lock_keys(p_keyspace, v_keys);
+        v_keys := tenure._batch_resolve_lock(p_keyspace,
+            ARRAY(SELECT (CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ->> 'id' END)::uuid
+                    FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord) ORDER BY e.ord),
+            ARRAY(SELECT CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ->> 'status' END
+                    FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord) ORDER BY e.ord));
         -- In id order, so that two callers lock the same batches in the same order.
         FOR v_item IN
             SELECT e.ord, r.id, r.epoch, r.status, r.detail, jsonb_typeof(e.item) = 'object' AS is_object

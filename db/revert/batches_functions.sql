@@ -19,7 +19,8 @@ DROP FUNCTION tenure.batch_configure(text, text, boolean, text);
 DROP FUNCTION tenure._batch_configure(text, text, boolean, text, timestamptz);
 DROP FUNCTION tenure._batch_key(text, text, timestamptz);
 DROP FUNCTION tenure._batch_missing(text, text, uuid);
-DROP FUNCTION tenure._batch_lock_keys(text, text[]);
+DROP FUNCTION tenure._batch_resolve_lock(text, uuid[], text[]);
+DROP FUNCTION tenure._batch_lock_keys(text, text[], text);
 DROP FUNCTION tenure._batch_refresh(text, text[], text[], timestamptz);
 
 COMMIT;

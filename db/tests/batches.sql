@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(226);
+SELECT plan(239);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -647,6 +647,30 @@ SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1505, 'in
     'invalid', 'A4 is invalid too');
 SELECT ok(tenure.batch_retry('ready', pg_temp.u(1505)), 'an operator queues A4 again');
 SELECT is(pg_temp.ready('ready'), 'A:ready:09 B:-:-', 'a retry makes the key ready again');
+
+-- A resolution recomputes its key's summary only when it can make the key more selectable ('lazy', T = 2001-01-22) --
+SELECT lives_ok($$SELECT tenure._batch_configure('lazy', 'unconstrained', true, NULL, '2001-01-22 02:00:00+00')$$,
+    'lazy queue is unconstrained');
+SELECT is(ARRAY[pg_temp.enq('lazy', 'L', 1701, '2001-01-22 00:00:01+00'), pg_temp.enq('lazy', 'L', 1702, '2001-01-22 00:00:02+00')],
+    ARRAY[1, 2]::bigint[], 'L1 and L2 are enqueued');
+SELECT is(ARRAY(SELECT key FROM tenure._claim_take('lazy', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                                   '2001-01-22 02:00:01+00')), ARRAY['L'], 'a takes L');
+SELECT is(pg_temp.sel('lazy', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 02:00:02+00'), 'L1/1', 'a gets L1');
+CREATE TEMP TABLE lazy_row AS SELECT ctid::text AS x FROM tenure.batch_key WHERE keyspace = 'lazy';
+SELECT is(pg_temp.res('lazy', '00000000-0000-0000-0000-00000000000a', 1701, 'committed', '2001-01-22 02:00:03+00'),
+    'committed', 'L1 is committed');
+SELECT is((SELECT ctid::text FROM tenure.batch_key WHERE keyspace = 'lazy'), (SELECT x FROM lazy_row),
+    'unconstrained: a pending batch committed leaves its key''s summary unwritten (it cannot change)');
+SELECT is(pg_temp.ready('lazy'), 'L:ready:02', 'and the summary is still right: L2 waits');
+SELECT is(pg_temp.sel('lazy', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 02:00:04+00'), 'L2/1', 'a gets L2');
+SELECT is(pg_temp.enq('lazy', 'L', 1703, '2001-01-22 00:00:05+00'), 3::bigint, 'L3 is enqueued');
+SELECT is(pg_temp.res('lazy', '00000000-0000-0000-0000-00000000000a', 1702, 'invalid', '2001-01-22 02:00:06+00'),
+    'invalid', 'L2 is invalid');
+SELECT is(pg_temp.ready('lazy'), 'L:ready:05',
+    'an invalid batch can only make its key less selectable: the summary is left for the next selection');
+SELECT is(pg_temp.sel('lazy', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 02:00:07+00'), '',
+    'which finds L halted and hands out nothing');
+SELECT is(pg_temp.ready('lazy'), 'L:-:05', 'and corrects the summary: L is not ready');
 
 -- Selection reads the keys it returns ('crowd', unconstrained, T = 2001-01-23) ---------------------------
 SELECT lives_ok($$SELECT tenure._batch_configure('crowd', 'unconstrained', true, NULL, '2001-01-23 00:00:00+00')$$,
