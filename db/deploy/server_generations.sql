@@ -29,10 +29,11 @@ AS $$ SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(3
 INSERT INTO tenure.server_generation (generation, timeline, system_identifier, started_at)
 SELECT 1, tenure._server_timeline(), (SELECT system_identifier FROM pg_control_system()), clock_timestamp();
 
+-- PL/pgSQL, whose plan is kept for the session: as a column default, a SQL function
+-- (not inlinable, with a FROM) was parsed and planned again by every INSERT.
 CREATE FUNCTION tenure._current_generation() RETURNS bigint
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT max(generation) FROM tenure.server_generation $$;
+LANGUAGE plpgsql STABLE
+AS $$ BEGIN RETURN (SELECT max(generation) FROM tenure.server_generation); END $$;
 
 ALTER TABLE tenure.heartbeat ADD COLUMN generation bigint NOT NULL DEFAULT 1;
 ALTER TABLE tenure.heartbeat ALTER COLUMN generation SET DEFAULT tenure._current_generation();

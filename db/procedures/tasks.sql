@@ -456,8 +456,9 @@ BEGIN
             RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.status, t.owner, t.leased_at,
                       d.due_at
         ), logged AS (
-            INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
-            SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired' FROM taken k WHERE k.status = 'pending'
+            INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how, generation)
+            SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired', (SELECT tenure._current_generation())  -- once per call
+              FROM taken k WHERE k.status = 'pending'
         )
         SELECT coalesce(array_agg((k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action)::tenure.task_lease
                                   ORDER BY k.due_at) FILTER (WHERE k.status = 'pending'), '{}'),
