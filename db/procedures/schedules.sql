@@ -20,7 +20,7 @@ DECLARE
     v_token text;
     v_value integer;
     v_bounds integer[];
-    v_values integer[] := '{}';
+    v_values integer[] := '{}'::integer[];
     v_problem text;
 BEGIN
     FOREACH v_item IN ARRAY string_to_array(p_field, ',') LOOP
@@ -30,7 +30,7 @@ BEGIN
             v_problem := format('has %s in its %s field, which is not *, a value, a range or a step', quote_literal(v_item), p_label);
             EXIT;
         END IF;
-        v_bounds := '{}';
+        v_bounds := '{}'::integer[];
         FOREACH v_token IN ARRAY ARRAY[v_parts[2], v_parts[4]] LOOP
             CONTINUE WHEN v_token IS NULL;
             IF v_token ~ '^[0-9]+$' THEN
@@ -244,17 +244,15 @@ DECLARE
     v_local timestamp := date_trunc('minute', p_after AT TIME ZONE p_tz) + interval '1 minute';
     v_at    timestamptz;
 BEGIN
-    LOOP
-        v_local := tenure._cron_match(p_cron, v_local);
-        IF v_local IS NULL THEN
-            RETURN NULL;
-        END IF;
+    v_local := tenure._cron_match(p_cron, v_local);
+    WHILE v_local IS NOT NULL LOOP
         v_at := tenure._cron_instant(v_local, p_tz);
         IF v_at > p_after THEN
             RETURN v_at;
         END IF;
-        v_local := v_local + interval '1 minute';
+        v_local := tenure._cron_match(p_cron, v_local + interval '1 minute');
     END LOOP;
+    RETURN NULL;
 END
 $$;
 
@@ -384,7 +382,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure._schedule_unknown(p_function text, p_name text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -405,7 +403,6 @@ AS $$
 DECLARE
     v_cron tenure._cron;
     v_now  timestamptz;
-    v_old  tenure.schedule;
     v_row  tenure.schedule;
 BEGIN
     PERFORM tenure._check_name('schedule_set', 'p_name', p_name);
@@ -449,7 +446,7 @@ BEGIN
 
     PERFORM tenure._durable();
     v_now := clock_timestamp();
-    SELECT * INTO v_old FROM tenure.schedule s WHERE s.name = p_name FOR UPDATE;
+    PERFORM FROM tenure.schedule s WHERE s.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         -- A new schedule's first slot is its first after now: nothing from the past.
         INSERT INTO tenure.schedule AS s (name, kind, cron, every, timezone, data, max_attempts, catch_up,
@@ -460,7 +457,7 @@ BEGIN
         RETURNING * INTO v_row;
         IF NOT FOUND THEN
             -- A concurrent schedule_set created it first: ours is now an update of it.
-            SELECT * INTO v_old FROM tenure.schedule s WHERE s.name = p_name FOR UPDATE;
+            PERFORM FROM tenure.schedule s WHERE s.name = p_name FOR UPDATE;
         END IF;
     END IF;
     IF v_row.name IS NULL THEN
