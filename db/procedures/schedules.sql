@@ -53,8 +53,10 @@ BEGIN
             v_lo := p_min; v_hi := p_max;
         ELSE
             v_lo := v_bounds[1];
-            -- A single value with a step (5/15) runs from it to the field's end.
-            v_hi := coalesce(v_bounds[2], CASE WHEN v_parts[6] IS NULL THEN v_lo ELSE p_max END);
+            -- A single value with a step (5/15) runs from it to the field's end (for the
+            -- weekday, Saturday: 7 is only another name of Sunday, 0).
+            v_hi := coalesce(v_bounds[2], CASE WHEN v_parts[6] IS NULL THEN v_lo
+                                               WHEN p_max = 7 THEN greatest(v_lo, 6) ELSE p_max END);
         END IF;
         IF v_lo > v_hi THEN
             v_problem := format('has the range %s in its %s field, which runs backwards', quote_literal(v_item), p_label);

@@ -5,7 +5,7 @@
 -- cursor (next_slot) into the past instead. Yearly and daily slots keep the expected
 -- values independent of the time the test runs at.
 BEGIN;
-SELECT plan(137);
+SELECT plan(138);
 
 -- Signatures -------------------------------------------------------------------------
 SELECT has_function('tenure', 'cron_next', ARRAY['text', 'timestamp with time zone', 'text']);
@@ -25,6 +25,7 @@ SELECT is(tenure.cron_next('* * * * *', '2026-01-01 00:01:00+00', 'UTC'), '2026-
 SELECT is(tenure.cron_next('*/15 * * * *', '2026-01-01 00:16:00+00', 'UTC'), '2026-01-01 00:30:00+00'::timestamptz, $d$*/15 * * * * (UTC): step */15$d$);
 SELECT is(tenure.cron_next('1-30/5 * * * *', '2026-01-01 00:27:00+00', 'UTC'), '2026-01-01 01:01:00+00'::timestamptz, $d$1-30/5 * * * * (UTC): range with step 1-30/5 (1, 6, ..., 26) wraps to the next hour$d$);
 SELECT is(tenure.cron_next('5/15 * * * *', '2026-01-01 00:51:00+00', 'UTC'), '2026-01-01 01:05:00+00'::timestamptz, $d$5/15 * * * * (UTC): 5/15 runs 5, 20, 35, 50$d$);
+SELECT is(tenure.cron_next('0 0 * * 1/3', '2026-01-01 00:00:00+00', 'UTC'), '2026-01-05 00:00:00+00'::timestamptz, $d$0 0 * * 1/3 (UTC): 1/3 runs Monday and Thursday, not Sunday (7 is no day of its own)$d$);
 SELECT is(tenure.cron_next('5,10,55 * * * *', '2026-01-01 00:10:00+00', 'UTC'), '2026-01-01 00:55:00+00'::timestamptz, $d$5,10,55 * * * * (UTC): list of minutes$d$);
 SELECT is(tenure.cron_next('0 9-17 * * *', '2026-01-01 17:30:00+00', 'UTC'), '2026-01-02 09:00:00+00'::timestamptz, $d$0 9-17 * * * (UTC): hour range: after the last hour, the first of the next day$d$);
 SELECT is(tenure.cron_next('0 0 1 JAN,jul *', '2026-01-01 00:00:00+00', 'UTC'), '2026-07-01 00:00:00+00'::timestamptz, $d$0 0 1 JAN,jul * (UTC): month names in any case$d$);
