@@ -269,6 +269,61 @@ class ReplicaHolder:
     reserved_until: datetime | None
 
 
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A schedule, as ``schedule_set``, ``schedule_pause``, ``schedule_resume``, ``schedule_drop`` return it.
+
+    ``next_slot`` is None while paused, and earlier than now when the schedule is overdue.
+    """
+
+    name: str
+    kind: str
+    cron: str | None
+    every: timedelta | None
+    timezone: str
+    data: Any
+    max_attempts: int
+    catch_up: str
+    catch_up_limit: int
+    paused: bool
+    next_slot: datetime | None
+    last_slot: datetime | None
+    last_task_id: UUID | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleSlot:
+    """A task ``schedule_tick`` created: the schedule, the slot and the task."""
+
+    name: str
+    slot: datetime
+    task_id: UUID
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One row of the view ``tenure.schedules``."""
+
+    name: str
+    kind: str
+    cron: str | None
+    every: timedelta | None
+    timezone: str
+    paused: bool
+    next_slot: datetime | None
+    last_slot: datetime | None
+    last_task_id: UUID | None
+    last_task_status: str | None
+    catch_up: str
+    catch_up_limit: int
+    data: Any
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -795,6 +850,73 @@ class Driver:
     def replicas(self) -> list[ReplicaHolder]:
         """Every registered replica lock with its holder (the view ``tenure.replicas``)."""
         return self._rows(ReplicaHolder, "SELECT * FROM tenure.replicas ORDER BY scope, counter", ())
+
+    # -- schedules -------------------------------------------------------------------
+
+    def cron_next(self, cron: str, after: datetime, *, timezone: str = "UTC") -> datetime:
+        """The first time strictly after ``after`` at which ``cron`` runs, read in ``timezone``."""
+        return self._scalar(  # type: ignore[no-any-return]
+            "SELECT tenure.cron_next(%s, %s, %s)", (cron, after, timezone)
+        )
+
+    def schedule_set(
+        self,
+        name: str,
+        kind: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        data: Any = None,
+        max_attempts: int = 5,
+        catch_up: str = "latest",
+        catch_up_limit: int = 10,
+    ) -> ScheduleInfo:
+        """Create or change a schedule (exactly one of ``cron`` and ``every``).
+
+        Setting the same ``cron``/``every``/``timezone`` again keeps the schedule's progress
+        and its pause, so a registry may set its schedules at every start.
+        """
+        rows = self._rows(
+            ScheduleInfo,
+            "SELECT * FROM tenure.schedule_set(%s, %s, %s, %s, %s, coalesce(%s, '{}'::jsonb), %s, %s, %s)",
+            (
+                name,
+                kind,
+                cron,
+                _seconds(every),
+                timezone,
+                _json(data),
+                max_attempts,
+                catch_up,
+                catch_up_limit,
+            ),
+        )
+        return rows[0]
+
+    def schedule_tick(self) -> list[ScheduleSlot]:
+        """Turn every due slot into exactly one task; returns the tasks created."""
+        return self._rows(ScheduleSlot, "SELECT * FROM tenure.schedule_tick()", ())
+
+    def schedule_pause(self, name: str) -> ScheduleInfo:
+        """Pause a schedule: no task for it until :meth:`schedule_resume`."""
+        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_pause(%s)", (name,))[0]
+
+    def schedule_resume(self, name: str) -> ScheduleInfo:
+        """Resume a paused schedule; the slots missed while paused are skipped."""
+        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_resume(%s)", (name,))[0]
+
+    def schedule_drop(self, name: str) -> ScheduleInfo:
+        """Delete a schedule (its tasks stay); returns it as it was."""
+        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_drop(%s)", (name,))[0]
+
+    def schedule_run_now(self, name: str) -> UUID:
+        """One extra task of the schedule now, outside its slots; returns the task's id."""
+        return self._scalar("SELECT tenure.schedule_run_now(%s)", (name,))  # type: ignore[no-any-return]
+
+    def schedules(self) -> list[ScheduleRow]:
+        """Every schedule (the view ``tenure.schedules``), by name."""
+        return self._rows(ScheduleRow, "SELECT * FROM tenure.schedules ORDER BY name", ())
 
     def set_idle_session_timeout(self, seconds: float) -> None:
         """Have the server end this session after ``seconds`` without a statement (0: never)."""

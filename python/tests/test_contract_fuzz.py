@@ -28,6 +28,7 @@ import string
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -72,6 +73,9 @@ INTERVAL_EDGES = [
     "9223372036854775807 microseconds",
 ]
 INT_EDGES = [0, -1, 1, 2, 10_000, 10_001, 2**31 - 1, -(2**31)]
+TIMESTAMPTZ_EDGES = ["infinity", "-infinity", "4713-01-01 00:00:00+00 BC", "0001-01-01 00:00:00+00",
+                     "2026-03-29 01:00:00+00", "9999-12-31 23:59:59+00",
+                     "294276-12-31 23:59:59+00"]  # fmt: skip
 BIGINT_EDGES = [*INT_EDGES, 2**63 - 1, -(2**63)]
 JSON_EDGES = [
     "null",
@@ -339,6 +343,8 @@ def _edges(world: World, type_name: str) -> list[Any]:
         return [[], [None], [""], ["\t"], ["x" * 201], [["a"]], world.names[:3], [LONG]]
     if type_name == "uuid[]":
         return [[], [None], [[world.uuids[0]]], world.uuids[:2], [uuid.uuid4()]]
+    if type_name == "timestamp with time zone":
+        return TIMESTAMPTZ_EDGES
     return []
 
 
@@ -387,6 +393,8 @@ def _strategy(world: World, type_name: str) -> st.SearchStrategy[Any]:
         extra = st.lists(st.one_of(text, st.sampled_from(world.names)), max_size=4)
     elif type_name == "uuid[]":
         extra = st.lists(st.one_of(st.uuids(), st.sampled_from(world.uuids)), max_size=3)
+    elif type_name == "timestamp with time zone":
+        extra = st.datetimes(timezones=st.just(UTC)).map(lambda d: d.isoformat())
     else:
         extra = st.nothing()
     return st.one_of(st.none(), base, extra)
@@ -405,6 +413,7 @@ def _baseline(world: World, function: Function) -> dict[str, Any]:
         "jsonb": "[]",
         "text[]": world.names[:1],
         "uuid[]": [],
+        "timestamp with time zone": "2026-01-01 00:00:00+00",
     }
     return {
         name: plausible.get(type_name)

@@ -1,0 +1,30 @@
+BEGIN;
+
+DROP VIEW tenure.schedules;
+DROP FUNCTION tenure.schedule_tick();
+DROP FUNCTION tenure._schedule_key(text, timestamptz);
+DROP FUNCTION tenure.schedule_run_now(text);
+DROP FUNCTION tenure.schedule_drop(text);
+DROP FUNCTION tenure.schedule_resume(text);
+DROP FUNCTION tenure.schedule_pause(text);
+DROP FUNCTION tenure._schedule_pause(text, text, boolean);
+DROP FUNCTION tenure.schedule_set(text, text, text, interval, text, jsonb, integer, text, integer);
+DROP FUNCTION tenure._schedule_unknown(text, text);
+DROP FUNCTION tenure._schedule_info(tenure.schedule);
+DROP FUNCTION tenure._schedule_due(tenure._cron, interval, text, timestamptz, timestamptz, integer);
+DROP FUNCTION tenure._schedule_slot_after(tenure._cron, interval, text, timestamptz);
+DROP FUNCTION tenure.cron_next(text, timestamptz, text);
+DROP FUNCTION tenure._check_instant(text, text, timestamptz);
+DROP FUNCTION tenure._check_time_zone(text, text, text);
+DROP FUNCTION tenure._cron_next(tenure._cron, timestamptz, text);
+DROP FUNCTION tenure._cron_instant(timestamp, text);
+DROP FUNCTION tenure._cron_match(tenure._cron, timestamp);
+DROP FUNCTION tenure._cron_parse(text, text, text);
+DROP FUNCTION tenure._cron_field(text, text, text, text, integer, integer, text[]);
+DROP TYPE tenure.schedule_slot;
+DROP TYPE tenure.schedule_info;
+DROP TYPE tenure._cron;
+DROP TABLE tenure.schedule_time_zone;
+DROP TABLE tenure.schedule;
+
+COMMIT;
