@@ -7,6 +7,7 @@ DROP FUNCTION tenure.batch_skip(text, uuid);
 DROP FUNCTION tenure._batch_repair(text, text, uuid, text);
 DROP FUNCTION tenure.batch_resolve_many(text, uuid, jsonb);
 DROP FUNCTION tenure._batch_resolve_many(text, uuid, jsonb, timestamptz);
+DROP FUNCTION tenure._batch_resolve_set(text, uuid, jsonb, timestamptz);
 DROP FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text);
 DROP FUNCTION tenure._batch_resolve(text, uuid, uuid, bigint, text, text, timestamptz);
 DROP FUNCTION tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz);
