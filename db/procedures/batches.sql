@@ -914,6 +914,47 @@ COMMENT ON FUNCTION tenure.batch_pending(text, uuid) IS
 $$The pending batches of the keys of queue p_keyspace that instance p_instance holds claims on, in key and sequence order, with the current claim epoch: what its monitor should ask the external system about.
 Errors: TN001 on an empty keyspace or a NULL instance.$$;
 
+-- The submitters' last check before they submit, for every batch about to go at once: one
+-- call and one statement, each claim read by its primary key.
+CREATE OR REPLACE FUNCTION tenure._batch_check(
+    p_keyspace text, p_instance uuid, p_keys text[], p_epochs bigint[], p_now timestamptz
+) RETURNS boolean[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM tenure._check_name('batch_check', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_check', 'p_instance', p_instance);
+    IF p_keys IS NULL OR p_epochs IS NULL OR array_ndims(p_keys) > 1 OR array_ndims(p_epochs) > 1
+       OR cardinality(p_keys) <> cardinality(p_epochs) THEN
+        PERFORM tenure._invalid_argument('batch_check', 'p_epochs', 'must have one epoch per key of p_keys',
+            format('%s keys, %s epochs', cardinality(p_keys), cardinality(p_epochs)),
+            'Pass the key and the claim_epoch of each batch about to be submitted, in two arrays.');
+    END IF;
+    RETURN ARRAY(
+        SELECT EXISTS (SELECT FROM tenure.claim_key c
+                        WHERE c.keyspace = p_keyspace AND c.key = r.key
+                          AND c.claimant IS NOT DISTINCT FROM p_instance AND c.epoch = r.epoch
+                          AND c.expires_at >= v_now)
+          FROM unnest(p_keys, p_epochs) WITH ORDINALITY AS r(key, epoch, ord)
+         ORDER BY r.ord);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_check(p_keyspace text, p_instance uuid, p_keys text[], p_epochs bigint[])
+RETURNS boolean[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_check(p_keyspace, p_instance, p_keys, p_epochs, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_check(text, uuid, text[], bigint[]) IS
+$$For submitters, right before they submit: one answer per pair (p_keys[i], p_epochs[i]), in order, true only if instance p_instance holds that key of queue p_keyspace in that epoch under a claim that has not expired (claim_check's answer for each, in one call). A NULL key or epoch, or an unknown key, is false.
+Errors: TN001 on an empty keyspace, a NULL instance, or arrays that are NULL, not one-dimensional or of different lengths.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.batch_configure(text, text, boolean, text),
     tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid),
@@ -923,5 +964,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.batch_resolve_many(text, uuid, jsonb),
     tenure.batch_skip(text, uuid),
     tenure.batch_retry(text, uuid),
-    tenure.batch_pending(text, uuid)
+    tenure.batch_pending(text, uuid),
+    tenure.batch_check(text, uuid, text[], bigint[])
 TO tenure_worker;

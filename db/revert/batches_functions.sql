@@ -2,6 +2,8 @@ BEGIN;
 
 DROP FUNCTION tenure.batch_pending(text, uuid);
 DROP FUNCTION tenure._batch_pending(text, uuid, timestamptz);
+DROP FUNCTION tenure.batch_check(text, uuid, text[], bigint[]);
+DROP FUNCTION tenure._batch_check(text, uuid, text[], bigint[], timestamptz);
 DROP FUNCTION tenure.batch_retry(text, uuid);
 DROP FUNCTION tenure.batch_skip(text, uuid);
 DROP FUNCTION tenure._batch_repair(text, text, uuid, text);
