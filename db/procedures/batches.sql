@@ -678,6 +678,80 @@ Returns the new status.
 Errors: TN001 on NULL or invalid arguments; TN201 for a batch not in the queue; TN103 when the caller does not hold the key's claim in that epoch; TN301 when the batch is already committed, invalid or skipped.$$;
 
 -- The monitor resolves what it learned in one call: one round trip, one commit.
+-- Resolves p_resolutions at once and returns true if every one is a well-formed resolution
+-- of a distinct batch of the queue that is pending or unknown, as committed or unknown, under
+-- the claim the caller holds now in that epoch; otherwise changes nothing and returns false
+-- (the caller then resolves one by one, raising on the first at fault). Its locks are those
+-- of the one-by-one path: the batches FOR UPDATE in id order, then their keys' claims FOR
+-- KEY SHARE (claim_fence's: claim_take cannot move a key until the caller commits).
+CREATE OR REPLACE FUNCTION tenure._batch_resolve_set(
+    p_keyspace text, p_instance uuid, p_resolutions jsonb, p_now timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_count integer := jsonb_array_length(p_resolutions);
+    v_ids uuid[];
+    v_epochs bigint[];
+    v_statuses text[];
+    v_details text[];
+    v_good integer;
+BEGIN
+    IF v_count = 0 OR EXISTS (
+        SELECT FROM jsonb_array_elements(p_resolutions) e(item)
+         WHERE jsonb_typeof(e.item) <> 'object'
+            OR jsonb_typeof(e.item -> 'id') IS DISTINCT FROM 'string'
+            OR jsonb_typeof(e.item -> 'epoch') IS DISTINCT FROM 'number'
+            OR (e.item ->> 'status') IS NULL OR (e.item ->> 'status') NOT IN ('committed', 'unknown')
+            OR jsonb_typeof(e.item -> 'detail') NOT IN ('string', 'null')
+            OR (e.item ->> 'id') !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+            OR (e.item ->> 'epoch') !~ '^[0-9]{1,18}$') THEN
+        RETURN false;
+    END IF;
+    SELECT array_agg((e.item ->> 'id')::uuid ORDER BY e.ord), array_agg((e.item ->> 'epoch')::bigint ORDER BY e.ord),
+           array_agg(e.item ->> 'status' ORDER BY e.ord), array_agg(e.item ->> 'detail' ORDER BY e.ord)
+      INTO v_ids, v_epochs, v_statuses, v_details
+      FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord);
+    IF (SELECT count(DISTINCT r.id) FROM unnest(v_ids) r(id)) <> v_count THEN
+        RETURN false;  -- an id twice
+    END IF;
+    PERFORM 1 FROM tenure.batch b WHERE b.id = ANY (v_ids) AND b.keyspace = p_keyspace ORDER BY b.id FOR UPDATE;
+    PERFORM tenure._durable();  -- once, as every claim_fence would
+    PERFORM 1 FROM tenure.claim_key c
+     WHERE c.keyspace = p_keyspace
+       AND c.key IN (SELECT b.key FROM tenure.batch b WHERE b.id = ANY (v_ids) AND b.keyspace = p_keyspace)
+     ORDER BY c.key
+       FOR KEY SHARE;
+    v_now := coalesce(p_now, clock_timestamp());  -- after the locks, as claim_fence reads it
+    -- every batch found and resolvable, of a key held now in the epoch given (each row by its
+    -- primary key)
+    SELECT count(*) INTO v_good
+      FROM unnest(v_ids, v_epochs) AS r(id, epoch)
+      CROSS JOIN LATERAL (SELECT b.key FROM tenure.batch b
+                           WHERE b.id = r.id AND b.keyspace = p_keyspace AND b.status IN ('pending', 'unknown')
+                           LIMIT 1) b
+      CROSS JOIN LATERAL (SELECT FROM tenure.claim_key c
+                           WHERE c.keyspace = p_keyspace AND c.key = b.key
+                             AND c.claimant IS NOT DISTINCT FROM p_instance AND c.epoch = r.epoch
+                             AND c.expires_at >= v_now
+                           LIMIT 1) c;
+    IF v_good <> v_count THEN
+        RETURN false;
+    END IF;
+    UPDATE tenure.batch b
+       SET status = r.status, detail = coalesce(r.detail, b.detail),
+           resolved_at = CASE WHEN r.status = 'unknown' THEN NULL ELSE v_now END
+      FROM unnest(v_ids, v_statuses, v_details) AS r(id, status, detail)
+     WHERE b.id = r.id;
+    PERFORM pg_notify('tenure_batch', p_keyspace);
+    RETURN true;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._batch_resolve_many(
     p_keyspace text, p_instance uuid, p_resolutions jsonb, p_now timestamptz
 ) RETURNS integer
@@ -704,6 +778,17 @@ BEGIN
                     FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord) ORDER BY e.ord),
             ARRAY(SELECT CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ->> 'status' END
                     FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord) ORDER BY e.ord));
+        -- The common case in one pass: well-formed resolutions of distinct pending (or unknown)
+        -- batches of keys the caller holds in the epochs given, none invalid. The batches are
+        -- locked in id order and the claims in key share mode (as the loop below and
+        -- claim_fence lock them), checked, and resolved by one UPDATE: no statement per batch.
+        -- Anything else (a malformed resolution, a stale epoch, a batch resolved already, an
+        -- invalid one with its dependents to doom) goes through the loop, which raises the
+        -- error of the first resolution at fault, in id order, as it always has.
+        IF tenure._batch_resolve_set(p_keyspace, p_instance, p_resolutions, p_now) THEN
+            PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
+            RETURN jsonb_array_length(p_resolutions);
+        END IF;
         -- In id order, so that two callers lock the same batches in the same order.
         FOR v_item IN
             SELECT e.ord, r.id, r.epoch, r.status, r.detail, jsonb_typeof(e.item) = 'object' AS is_object
@@ -803,12 +888,18 @@ AS $$
 BEGIN
     PERFORM tenure._check_name('batch_pending', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_pending', 'p_instance', p_instance);
+    -- Driven by the queue's pending batches (the index batch_unsettled: the batches in flight,
+    -- few), each key's claim read by its primary key: never every held key per call (with
+    -- stale statistics a join walked the caller's claims once per pending batch).
     RETURN QUERY
         SELECT b.id, b.key, b.seq, b.payload, b.state_keys, b.attempts, c.epoch, 0
-          FROM tenure.claim_key c
-          JOIN tenure.batch b ON b.keyspace = c.keyspace AND b.key = c.key AND b.status = 'pending'
-         WHERE c.keyspace = p_keyspace AND c.claimant = p_instance
-           AND c.expires_at >= coalesce(p_now, clock_timestamp())
+          FROM tenure.batch b
+          CROSS JOIN LATERAL (SELECT c.epoch FROM tenure.claim_key c
+                               WHERE c.keyspace = p_keyspace AND c.key = b.key
+                                 AND c.claimant IS NOT DISTINCT FROM p_instance
+                                 AND c.expires_at >= coalesce(p_now, clock_timestamp())
+                               LIMIT 1) c
+         WHERE b.keyspace = p_keyspace AND b.status = 'pending'
          ORDER BY b.key, b.seq;
 END
 $$;
@@ -823,6 +914,47 @@ COMMENT ON FUNCTION tenure.batch_pending(text, uuid) IS
 $$The pending batches of the keys of queue p_keyspace that instance p_instance holds claims on, in key and sequence order, with the current claim epoch: what its monitor should ask the external system about.
 Errors: TN001 on an empty keyspace or a NULL instance.$$;
 
+-- The submitters' last check before they submit, for every batch about to go at once: one
+-- call and one statement, each claim read by its primary key.
+CREATE OR REPLACE FUNCTION tenure._batch_check(
+    p_keyspace text, p_instance uuid, p_keys text[], p_epochs bigint[], p_now timestamptz
+) RETURNS boolean[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM tenure._check_name('batch_check', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_instance('batch_check', 'p_instance', p_instance);
+    IF p_keys IS NULL OR p_epochs IS NULL OR array_ndims(p_keys) > 1 OR array_ndims(p_epochs) > 1
+       OR cardinality(p_keys) <> cardinality(p_epochs) THEN
+        PERFORM tenure._invalid_argument('batch_check', 'p_epochs', 'must have one epoch per key of p_keys',
+            format('%s keys, %s epochs', cardinality(p_keys), cardinality(p_epochs)),
+            'Pass the key and the claim_epoch of each batch about to be submitted, in two arrays.');
+    END IF;
+    RETURN ARRAY(
+        SELECT EXISTS (SELECT FROM tenure.claim_key c
+                        WHERE c.keyspace = p_keyspace AND c.key = r.key
+                          AND c.claimant IS NOT DISTINCT FROM p_instance AND c.epoch = r.epoch
+                          AND c.expires_at >= v_now)
+          FROM unnest(p_keys, p_epochs) WITH ORDINALITY AS r(key, epoch, ord)
+         ORDER BY r.ord);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_check(p_keyspace text, p_instance uuid, p_keys text[], p_epochs bigint[])
+RETURNS boolean[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT tenure._batch_check(p_keyspace, p_instance, p_keys, p_epochs, NULL) $$;
+
+COMMENT ON FUNCTION tenure.batch_check(text, uuid, text[], bigint[]) IS
+$$For submitters, right before they submit: one answer per pair (p_keys[i], p_epochs[i]), in order, true only if instance p_instance holds that key of queue p_keyspace in that epoch under a claim that has not expired (claim_check's answer for each, in one call). A NULL key or epoch, or an unknown key, is false.
+Errors: TN001 on an empty keyspace, a NULL instance, or arrays that are NULL, not one-dimensional or of different lengths.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.batch_configure(text, text, boolean, text),
     tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid),
@@ -832,5 +964,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.batch_resolve_many(text, uuid, jsonb),
     tenure.batch_skip(text, uuid),
     tenure.batch_retry(text, uuid),
-    tenure.batch_pending(text, uuid)
+    tenure.batch_pending(text, uuid),
+    tenure.batch_check(text, uuid, text[], bigint[])
 TO tenure_worker;

@@ -2,11 +2,14 @@ BEGIN;
 
 DROP FUNCTION tenure.batch_pending(text, uuid);
 DROP FUNCTION tenure._batch_pending(text, uuid, timestamptz);
+DROP FUNCTION tenure.batch_check(text, uuid, text[], bigint[]);
+DROP FUNCTION tenure._batch_check(text, uuid, text[], bigint[], timestamptz);
 DROP FUNCTION tenure.batch_retry(text, uuid);
 DROP FUNCTION tenure.batch_skip(text, uuid);
 DROP FUNCTION tenure._batch_repair(text, text, uuid, text);
 DROP FUNCTION tenure.batch_resolve_many(text, uuid, jsonb);
 DROP FUNCTION tenure._batch_resolve_many(text, uuid, jsonb, timestamptz);
+DROP FUNCTION tenure._batch_resolve_set(text, uuid, jsonb, timestamptz);
 DROP FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text);
 DROP FUNCTION tenure._batch_resolve(text, uuid, uuid, bigint, text, text, timestamptz);
 DROP FUNCTION tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz);

@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(239);
+SELECT plan(255);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -82,6 +82,7 @@ SELECT function_returns('tenure', 'batch_skip', ARRAY['text', 'uuid'], 'boolean'
 SELECT has_function('tenure', 'batch_retry', ARRAY['text', 'uuid']);
 SELECT function_returns('tenure', 'batch_retry', ARRAY['text', 'uuid'], 'boolean');
 SELECT has_function('tenure', 'batch_pending', ARRAY['text', 'uuid']);
+SELECT function_returns('tenure', 'batch_check', ARRAY['text', 'uuid', 'text[]', 'bigint[]'], 'boolean[]');
 SELECT function_returns('tenure', 'batch_pending', ARRAY['text', 'uuid'], 'setof tenure.batch_grant');
 SELECT has_table('tenure', 'batch', 'table batch exists');
 SELECT has_view('tenure', 'batch_keys', 'operator view batch_keys exists');
@@ -501,6 +502,22 @@ SELECT results_eq(
 SELECT is_empty(
     $$SELECT * FROM tenure._batch_pending('two', '00000000-0000-0000-0000-00000000000c', '2001-01-11 01:00:02+00')$$,
     'batch_pending of an instance that holds nothing is empty');
+SELECT is(
+    tenure._batch_check('two', '00000000-0000-0000-0000-00000000000a', ARRAY['A', 'B', 'A', 'Z', NULL],
+                        ARRAY[1, 1, 2, 1, 1]::bigint[], '2001-01-11 01:00:02+00'),
+    ARRAY[true, false, false, false, false],
+    'batch_check: true only for a key the caller holds in that epoch (not B of b, not epoch 2, not an unknown key)');
+SELECT is(
+    tenure._batch_check('two', '00000000-0000-0000-0000-00000000000a', ARRAY['A'], ARRAY[1]::bigint[],
+                        '2001-01-12 00:01:01+00'),
+    ARRAY[false], 'batch_check: false once the claim expired');
+SELECT is(tenure.batch_check('two', '00000000-0000-0000-0000-00000000000a', '{}', '{}'), '{}'::boolean[],
+    'batch_check of no keys: no answers');
+SELECT throws_ok(
+    $$SELECT tenure.batch_check('two', '00000000-0000-0000-0000-00000000000a', ARRAY['A', 'B'], ARRAY[1]::bigint[])$$,
+    'TN001', NULL, 'batch_check with fewer epochs than keys: TN001');
+SELECT throws_ok($$SELECT tenure.batch_check('two', NULL, ARRAY['A'], ARRAY[1]::bigint[])$$, 'TN001', NULL,
+    'batch_check of a NULL instance: TN001');
 SELECT throws_ok(
     $$SELECT tenure._batch_resolve('two', '00000000-0000-0000-0000-00000000000b', pg_temp.u(1101), 1, 'committed', NULL,
                                    '2001-01-11 01:00:03+00')$$,
@@ -591,6 +608,36 @@ SELECT results_eq(
     $$VALUES ('committed', NULL), ('invalid', 'rejected'), ('queued', NULL)$$,
     'each as told; M2 still queued');
 SELECT is(pg_temp.res_many('[]', '2001-01-20 01:00:03+00'), 0, 'an empty array resolves nothing');
+-- Resolutions as committed or unknown of batches held in the right epoch go in one set; the
+-- rest of their contract is the one-by-one path's.
+SELECT is(pg_temp.sel('many', '00000000-0000-0000-0000-00000000000a', 100, 3, '2001-01-20 01:00:04+00'), 'M2/1',
+    'serial: M2 once M1 is committed');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "committed"},
+                                       {"id": "%1$s", "epoch": 1, "status": "committed"}]', '2001-01-20 01:00:05+00')$$,
+           pg_temp.u(1303)),
+    'TN301', NULL, 'batch_resolve_many with one batch twice: TN301 for the second');
+SELECT is(pg_temp.status(1303), 'pending', 'and M2 is still pending');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "committed"}]', '2001-01-21 00:01:01+00')$$,
+           pg_temp.u(1303)),
+    'TN103', NULL, 'batch_resolve_many after the claim expired: TN103');
+SELECT is(
+    pg_temp.res_many(format('[{"id": "%s", "epoch": 1, "status": "unknown", "detail": "lost"}]', pg_temp.u(1303))::jsonb,
+                     '2001-01-20 01:00:06+00'),
+    1, 'batch_resolve_many: M2 unknown');
+SELECT results_eq(
+    $$SELECT status, detail, resolved_at FROM tenure.batch WHERE id = pg_temp.u(1303)$$,
+    $$VALUES ('unknown', 'lost', NULL::timestamptz)$$, 'unknown, with its detail, not resolved');
+SELECT is(pg_temp.sel('many', '00000000-0000-0000-0000-00000000000a', 100, 3, '2001-01-20 01:00:07+00'), 'M2/1',
+    'M2 goes again: its key''s summary was refreshed');
+SELECT is(
+    pg_temp.res_many(format('[{"id": "%s", "epoch": 1, "status": "committed"}]', pg_temp.u(1303))::jsonb,
+                     '2001-01-20 01:00:08+00'),
+    1, 'batch_resolve_many: M2 committed');
+SELECT results_eq(
+    $$SELECT status, detail, resolved_at FROM tenure.batch WHERE id = pg_temp.u(1303)$$,
+    $$VALUES ('committed', 'lost', '2001-01-20 01:00:08+00'::timestamptz)$$, 'committed at the time given');
 
 -- What selection walks: batch_key.ready and head_at ('ready', serial, T = 2001-01-22) -------------------
 CREATE FUNCTION pg_temp.ready(p_ks text) RETURNS text
@@ -731,6 +778,8 @@ SELECT results_eq(
     $$SELECT key, seq, status, payload_bytes, attempts, claim_epoch FROM tenure.batches WHERE keyspace = 'worker'$$,
     $$VALUES ('W', 1::bigint, 'pending', 1, 1, 1::bigint)$$,
     'tenure_worker can read tenure.batches');
+SELECT is(tenure.batch_check('worker', '00000000-0000-0000-0000-00000000000c', ARRAY['W'], ARRAY[1]::bigint[]),
+    ARRAY[true], 'tenure_worker can call batch_check');
 SELECT throws_ok($$SELECT * FROM tenure.batch$$, '42501', NULL, 'tenure_worker cannot read tenure.batch');
 RESET ROLE;
 

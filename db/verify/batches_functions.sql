@@ -11,7 +11,8 @@ BEGIN
         'tenure.batch_resolve_many(text, uuid, jsonb)',
         'tenure.batch_skip(text, uuid)',
         'tenure.batch_retry(text, uuid)',
-        'tenure.batch_pending(text, uuid)'] LOOP
+        'tenure.batch_pending(text, uuid)',
+        'tenure.batch_check(text, uuid, text[], bigint[])'] LOOP
         IF NOT has_function_privilege('tenure_worker', v_fn, 'EXECUTE') THEN
             RAISE 'tenure_worker cannot execute %', v_fn;
         END IF;

@@ -762,6 +762,16 @@ class Driver:
     def batch_retry(self, keyspace: str, id: UUID) -> bool:
         return bool(self._scalar("SELECT tenure.batch_retry(%s, %s)", (keyspace, id)))
 
+    def batch_check(self, keyspace: str, instance_id: UUID, claims: Sequence[tuple[str, int]]) -> list[bool]:
+        """``claim_check`` for several (key, epoch) pairs in one call: one answer per pair, in order."""
+        if not claims:
+            return []
+        answers = self._scalar(
+            "SELECT tenure.batch_check(%s, %s, %s::text[], %s::bigint[])",
+            (keyspace, instance_id, [key for key, _ in claims], [epoch for _, epoch in claims]),
+        )
+        return [bool(a) for a in answers]
+
     def batch_pending(self, keyspace: str, instance_id: UUID) -> list[BatchGrant]:
         return self._rows(BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id))
 

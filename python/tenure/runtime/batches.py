@@ -7,8 +7,9 @@ Per key, batches reach ``submit`` in sequence order even with many submitters: a
 submitter holding a later batch of a key waits until the earlier ones selected
 with it were submitted. Just before submitting, a submitter checks that the key's
 claim is still held in the epoch the batch was selected under, locally and in the
-database; otherwise the batch is left pending for the key's next holder, whose
-monitor will learn what became of it.
+database (submitters checking at the same time share one call); otherwise the
+batch is left pending for the key's next holder, whose monitor will learn what
+became of it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ class Queuer:
         with self._lock:
             self._idle_since = None
 
+    def settle(self) -> None:
+        """Return once every selection that committed before this call was handed to
+        ``on_selected`` (a selection holds the lock from its call until then)."""
+        with self._lock:
+            pass
+
     def next(self) -> BatchGrant | None:
         with self._lock:
             idle = self._idle_since is not None and time.monotonic() - self._idle_since < self.idle_interval
@@ -86,6 +93,50 @@ class Queuer:
                 self._buffer.extend(selected)
                 self._idle_since = None if self._buffer else time.monotonic()
             return self._buffer.popleft() if self._buffer else None
+
+
+class HeldCheck:
+    """The submitters' last check, in the database, that a key's claim is still held in
+    the epoch a batch was selected under. Concurrent checks share one ``batch_check`` call,
+    as a group commit does: a check asked while a call is in flight waits for the next
+    call, so every batch is still checked by a call sent after its submitter asked, and is
+    submitted only if that call said the claim was held."""
+
+    def __init__(self, pool: ConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
+        self.pool = pool
+        self.keyspace = keyspace
+        self.instance_id = instance_id
+        self._changed = threading.Condition()
+        self._asked: list[list[Any]] = []  # [key, epoch, answer or None]
+        self._calling = False
+        self.calls = 0
+
+    def held(self, key: str, epoch: int) -> bool:
+        ask: list[Any] = [key, epoch, None]
+        with self._changed:
+            self._asked.append(ask)
+            while ask[2] is None and self._calling:
+                self._changed.wait()
+            if ask[2] is not None:
+                return bool(ask[2])
+            self._calling = True  # this thread asks for every check waiting now
+            asked, self._asked = self._asked, []
+            self.calls += 1
+        answers: list[bool] = []
+        try:
+            with self.pool.connection() as connection:
+                answers = Driver(connection).batch_check(
+                    self.keyspace, self.instance_id, [(a[0], a[1]) for a in asked]
+                )
+        except psycopg.Error as error:
+            log.warning("%s: checking claims before submitting failed: %s", self.keyspace, error)
+        finally:
+            with self._changed:
+                for n, a in enumerate(asked):
+                    a[2] = answers[n] if n < len(answers) else False
+                self._calling = False
+                self._changed.notify_all()
+        return bool(ask[2])
 
 
 class SubmissionPool:
@@ -153,6 +204,7 @@ class SubmissionPool:
         # Selected (so pending in the database) but not yet handed to submit(): the
         # monitor must not ask the external system about these.
         self._unsubmitted: set[UUID] = set()
+        self._check = HeldCheck(self.pool, keyspace, self.claimer.instance_id)
         self._stopping = threading.Event()
         self._wake = threading.Event()  # submitters: something may have become eligible
         self._resolve_soon = threading.Event()  # monitor: something was submitted
@@ -253,8 +305,6 @@ class SubmissionPool:
                 self.skipped += 1
             self.metrics.batches_skipped.labels(self.keyspace).inc()
             return
-        with self._order_changed:
-            self._unsubmitted.discard(batch.id)
         try:
             self.submit(batch)
         except Exception:
@@ -264,20 +314,17 @@ class SubmissionPool:
                 batch.seq,
                 batch.key,
             )
+        # Only now may the monitor ask about it: asked before it reached the external
+        # system, it would read as lost (unknown) and go again.
         with self._order_changed:
+            self._unsubmitted.discard(batch.id)
             self.submitted += 1
             self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
         self.metrics.batches_submitted.labels(self.keyspace).inc()
         self._resolve_soon.set()
 
     def _still_held(self, batch: BatchGrant) -> bool:
-        try:
-            with self.pool.connection() as connection:
-                return Driver(connection).claim_check(
-                    self.keyspace, self.claimer.instance_id, batch.key, batch.claim_epoch
-                )
-        except psycopg.Error:
-            return False
+        return self._check.held(batch.key, batch.claim_epoch)
 
     # -- monitor ------------------------------------------------------------------------
 
@@ -313,6 +360,9 @@ class SubmissionPool:
             driver = Driver(connection)
             pending = driver.batch_pending(self.keyspace, instance)
             self.metrics.queue_pending.labels(self.keyspace).set(len(pending))
+            # A batch selected just before batch_pending read may not be registered as
+            # unsubmitted yet: asked about, it would read as lost (unknown) and go again.
+            self.queuer.settle()
             with self._order_changed:
                 submitted = [batch for batch in pending if batch.id not in self._unsubmitted]
             resolutions = []
