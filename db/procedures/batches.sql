@@ -947,9 +947,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_check(p_keyspace text, p_instance uuid, p_keys text[], p_epochs bigint[])
 RETURNS boolean[]
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER  -- not sql: a SQL function with SET is planned again on every call
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_check(p_keyspace, p_instance, p_keys, p_epochs, NULL) $$;
+AS $$ BEGIN RETURN tenure._batch_check(p_keyspace, p_instance, p_keys, p_epochs, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_check(text, uuid, text[], bigint[]) IS
 $$For submitters, right before they submit: one answer per pair (p_keys[i], p_epochs[i]), in order, true only if instance p_instance holds that key of queue p_keyspace in that epoch under a claim that has not expired (claim_check's answer for each, in one call). A NULL key or epoch, or an unknown key, is false.
