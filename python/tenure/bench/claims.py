@@ -164,7 +164,8 @@ def claim_costs(
                 conninfo, script, clients=instances, seconds=seconds, workdir=workdir, per_command=True
             )
             end = table_state(admin, table)
-            settled = {row.instance_id: row.keys_held for row in Driver(admin).claim_instances(CLAIM_KEYSPACE)}
+            instances_now = Driver(admin).claim_instances(CLAIM_KEYSPACE)
+            settled = {row.instance_id: row.keys_held for row in instances_now}
             if label.startswith("baseline"):
                 bare_tps = run.tps
             statements = " + ".join(f"{ms:.2f}" for ms in run.statement_ms)
