@@ -391,6 +391,97 @@ If another instance is taking in the same keyspace at this moment, the step is s
 Returns the keys taken (change = 'taken'); no row when there was nothing to take or no room.
 Errors: TN001 on an empty keyspace, a NULL instance, a non-positive expiry or p_limit below 1.$$;
 
+-- Renew and take in one call ----------------------------------------------------------------
+
+-- One cycle in one statement and one transaction: claim_renew, then claim_take when the
+-- caller has room below its fair share. An instance at its fair share whose cache of held
+-- claims vouches for now (the steady state) pays one update of its instance row and one
+-- of its own keys, and no take: a take would find no room.
+CREATE OR REPLACE FUNCTION tenure._claim_cycle(
+    p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer, p_now timestamptz
+) RETURNS SETOF tenure.claim_grant
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_share integer;
+    v_stale boolean;
+    v_held integer;
+    v_fits boolean;
+    v_count integer;
+BEGIN
+    -- The checks of claim_renew and claim_take, tested here in one expression: a call of
+    -- each helper is a query of its own. The helpers raise the error.
+    IF p_instance IS NULL OR p_expiry IS NULL OR p_expiry <= interval '0' OR p_expiry > interval '100 years'
+       OR p_keyspace IS NULL OR length(p_keyspace) > 200 OR tenure._blank(p_keyspace) OR p_limit < 1 THEN
+        PERFORM tenure._check_claimer('claim_cycle', p_keyspace, p_instance, p_expiry);
+        IF p_limit < 1 THEN
+            PERFORM tenure._invalid_argument('claim_cycle', 'p_limit', 'must be NULL (up to the fair share) or at least 1',
+                p_limit::text, 'Pass NULL to take up to the fair share.');
+        END IF;
+    END IF;
+    PERFORM tenure._durable();
+    -- The fair share, counting the caller as live (as _claim_share does), and whether an
+    -- instance row is old enough for a take to delete it.
+    SELECT ceil(coalesce((SELECT s.keys FROM tenure.claim_keyspace s WHERE s.keyspace = p_keyspace), 0)::numeric
+                / greatest(count(*) FILTER (WHERE i.expires_at >= v_now OR i.instance_id = p_instance), 1))::integer,
+           coalesce(bool_or(i.expires_at < v_now - 10 * p_expiry), false)
+      INTO v_share, v_stale
+      FROM tenure.claim_instance i WHERE i.keyspace = p_keyspace;
+    -- Live until now + p_expiry, locking the caller's row first (instance, then keys, as
+    -- renew and take lock). When its cache vouches for now and it holds no more than its
+    -- share, every key it claims is live and is renewed below: the cache then holds until
+    -- now + p_expiry (held_count is unchanged, and held_at stays, as the count held since).
+    -- Otherwise the cache is cleared, and claim_renew's own pass sets it.
+    UPDATE tenure.claim_instance AS i
+       SET renewed_at = v_now, expires_at = v_now + p_expiry,
+           held_until = CASE WHEN i.held_at <= v_now AND v_now <= i.held_until AND i.held_count <= v_share
+                             THEN CASE WHEN i.held_count > 0 THEN v_now + p_expiry ELSE 'infinity' END END
+     WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance
+    RETURNING i.held_count, i.held_until IS NOT NULL INTO v_held, v_fits;
+    IF NOT coalesce(v_fits, false) THEN
+        -- A new instance, an outdated cache or keys above the share: the two calls.
+        RETURN QUERY SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, v_now);
+        RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, p_now);
+        RETURN;
+    END IF;
+    -- claim_renew's pass (see there), in no particular order.
+    RETURN QUERY
+    UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+    RETURNING k.key, k.epoch, k.expires_at, 'renewed'::text;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count <> v_held THEN
+        -- The cache was wrong (no write should leave it so): the next call recounts.
+        UPDATE tenure.claim_instance SET held_until = NULL WHERE keyspace = p_keyspace AND instance_id = p_instance;
+        v_held := least(v_held, v_count);
+    END IF;
+    IF v_share - v_held >= 1 THEN
+        RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, p_now);
+    ELSIF v_stale THEN
+        -- claim_take's clean-up of instances gone for long, which a take at the fair share
+        -- skips here. SKIP LOCKED: a locked row is an instance renewing itself.
+        DELETE FROM tenure.claim_instance
+         WHERE (keyspace, instance_id) IN (SELECT i.keyspace, i.instance_id FROM tenure.claim_instance i
+                                            WHERE i.keyspace = p_keyspace AND i.expires_at < v_now - 10 * p_expiry
+                                              FOR UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_cycle(
+    p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer DEFAULT NULL
+) RETURNS SETOF tenure.claim_grant
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_cycle(p_keyspace, p_instance, p_expiry, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.claim_cycle(text, uuid, interval, integer) IS
+$$One claim cycle in one call and one transaction: claim_renew, then claim_take (at most p_limit keys) when the caller has room below its fair share.
+Returns what claim_renew returns (change 'renewed' or 'released'), in no particular order, then what claim_take returns ('taken', or one 'busy' row with no key when another instance was taking). An instance at its fair share does not take, and gets no 'busy' row.
+Errors: TN001 on an empty keyspace, a NULL instance, a non-positive expiry or p_limit below 1.$$;
+
 -- Release, check, fence ------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION tenure._claim_release(p_keyspace text, p_instance uuid, p_keys text[], p_now timestamptz)
@@ -522,6 +613,7 @@ GRANT EXECUTE ON FUNCTION
     tenure.claim_retire(text, text[]),
     tenure.claim_renew(text, uuid, interval),
     tenure.claim_take(text, uuid, interval, integer),
+    tenure.claim_cycle(text, uuid, interval, integer),
     tenure.claim_release(text, uuid, text[]),
     tenure.claim_check(text, uuid, text, bigint),
     tenure.claim_fence(text, uuid, text, bigint)

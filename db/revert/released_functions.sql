@@ -20,6 +20,8 @@ DROP FUNCTION tenure._task_take(uuid, interval, integer, text[], timestamptz);
 DROP FUNCTION tenure._task_check_take(text, uuid, interval, integer, integer, text[]);
 DROP FUNCTION tenure._task_backoff(integer);
 DROP FUNCTION tenure._task_lost_detail(tenure.task, uuid, bigint, timestamptz);
+DROP FUNCTION tenure.claim_cycle(text, uuid, interval, integer);
+DROP FUNCTION tenure._claim_cycle(text, uuid, interval, integer, timestamptz);
 DROP FUNCTION tenure._claim_held(text, uuid, timestamptz);
 DROP FUNCTION tenure._claim_share(text, uuid, timestamptz);
 DROP FUNCTION tenure._follow_server(timestamptz);

@@ -643,6 +643,17 @@ class Driver:
             (keyspace, instance_id, _seconds(expiry), limit),
         )
 
+    def claim_cycle(
+        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
+    ) -> list[ClaimGrant]:
+        """Renew, then take if below the fair share, in one call: renewed/released rows, then
+        taken rows (or one 'busy' row)."""
+        return self._rows(
+            ClaimGrant,
+            "SELECT * FROM tenure.claim_cycle(%s, %s, %s, %s)",
+            (keyspace, instance_id, _seconds(expiry), limit),
+        )
+
     def claim_release(self, keyspace: str, instance_id: UUID, keys: Sequence[str] | None = None) -> int:
         """Give keys back; with None, all of them, and leave the keyspace."""
         return int(

@@ -57,6 +57,28 @@ def test_a_take_is_skipped_while_another_instance_is_taking(
     assert len(driver.claim_take("busy", uuid.uuid4(), expiry=30)) == 2
 
 
+def test_claim_cycle_renews_then_takes_in_one_call(admin: psycopg.Connection[Any], connect: Any) -> None:
+    driver = Driver(admin)
+    driver.claim_register("cyc", [f"k{n}" for n in range(4)])
+    a, b = uuid.uuid4(), uuid.uuid4()
+    first = driver.claim_cycle("cyc", a, expiry=30)
+    assert sorted((g.key, g.epoch, g.change) for g in first) == [(f"k{n}", 1, "taken") for n in range(4)]
+    again = driver.claim_cycle("cyc", a, expiry=30)
+    assert sorted((g.key, g.epoch, g.change) for g in again) == [(f"k{n}", 1, "renewed") for n in range(4)]
+    assert driver.claim_cycle("cyc", b, expiry=30) == [], "B is live now, but every key is held"
+    given_up = driver.claim_cycle("cyc", a, expiry=30)
+    assert sorted(g.change for g in given_up) == ["released", "released", "renewed", "renewed"]
+    other = connect()
+    with other.transaction():
+        other.execute("SELECT pg_advisory_xact_lock(hashtext('tenure.claim_take'), hashtext('cyc'))")
+        assert [(g.key, g.change) for g in driver.claim_cycle("cyc", b, expiry=30)] == [(None, "busy")]
+    taken = driver.claim_cycle("cyc", b, expiry=30, limit=1)
+    assert [(g.epoch, g.change) for g in taken] == [(2, "taken")]
+    assert {(g.change) for g in driver.claim_cycle("cyc", b, expiry=30)} == {"renewed", "taken"}
+    with pytest.raises(InvalidArgument, match="p_limit"):
+        driver.claim_cycle("cyc", b, expiry=30, limit=0)
+
+
 def test_configuration_is_checked() -> None:
     with pytest.raises(InvalidConfiguration, match="twice the cycle"):
         Claimer("host=/nonexistent", "ks", cycle=1, expiry=2)

@@ -15,7 +15,8 @@
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
    a bare NOTIFY reaching a listener (on) and against the poll interval (off).
 7. Claims: instances holding their fair share of 10,000 (and 1,000) keys, each running
-   claim_renew + claim_take as fast as it can (one pgbench client per instance), against
+   claim_cycle (and, for reference, claim_renew + claim_take in two calls) as fast as it
+   can (one pgbench client per instance), against
    pgbench running one UPDATE that extends the expiry of the same rows on a plain table.
 8. The submission queue: batches per second end to end and fairness under a flood
    (:mod:`tenure.bench.batches`).

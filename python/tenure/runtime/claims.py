@@ -1,9 +1,9 @@
 """The claimer: holds a fair share of a keyspace's keys, as in Grid's claim-and-expiry plan.
 
-Every cycle it renews all its claims (the database says which it still holds, and
-which it must give up above the fair share), then takes free or expired keys up to
-the fair share (skipped when another instance is taking), then tells the
-application what it gained and lost. A key whose claim was not renewed within the
+Every cycle, in one call (claim_cycle), it renews all its claims (the database says
+which it still holds, and which it must give up above the fair share), then takes
+free or expired keys up to the fair share (skipped when another instance is taking),
+then tells the application what it gained and lost. A key whose claim was not renewed within the
 safe window (expiry - cycle after the renewal was sent, monotonic clock) is lost
 locally, whatever the database says later.
 """
@@ -103,19 +103,14 @@ class Claimer(CycleLoop):
 
     def _cycle(self, driver: Driver) -> None:
         sent = time.monotonic()
-        renewed = driver.claim_renew(self.keyspace, self.instance_id, expiry=self.expiry)
-        held = {g.key: g.epoch for g in renewed if g.change == "renewed" and g.key and g.epoch}
+        grants = driver.claim_cycle(self.keyspace, self.instance_id, expiry=self.expiry)
+        held = {g.key: g.epoch for g in grants if g.change in ("renewed", "taken") and g.key and g.epoch}
         deadline = sent + self.safe_window
         if time.monotonic() >= deadline:
             held = {}  # answered too late to act on
-        self._update(held, deadline, reason="not renewed")
-        taken = driver.claim_take(self.keyspace, self.instance_id, expiry=self.expiry)
-        if any(g.change == "busy" for g in taken):
+        if any(g.change == "busy" for g in grants):
             self.busy_skips += 1
-            return
-        gained = {g.key: g.epoch for g in taken if g.key and g.epoch}
-        if gained and time.monotonic() < deadline:
-            self._update({**held, **gained}, deadline, reason="")
+        self._update(held, deadline, reason="not renewed")
 
     def _holding(self) -> bool:
         return bool(self._held)
