@@ -699,7 +699,7 @@ DECLARE
     v_epochs bigint[];
     v_statuses text[];
     v_details text[];
-    v_good integer;
+    v_good bigint;
 BEGIN
     IF v_count = 0 OR EXISTS (
         SELECT FROM jsonb_array_elements(p_resolutions) e(item)

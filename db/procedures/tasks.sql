@@ -109,12 +109,12 @@ DECLARE
     v_announced text[];
 BEGIN
     IF cardinality(p_kinds) = 0 THEN
-        RETURN '{}';
+        RETURN '{}'::text[];
     END IF;
     IF current_setting('transaction_isolation') = 'read committed' THEN
         PERFORM pg_advisory_xact_lock_shared(hashtext('tenure.task_wait'), 0);
         IF NOT EXISTS (SELECT FROM tenure.task_waiter w WHERE w.until > v_now) THEN
-            RETURN '{}';  -- the common case under load: every worker is busy
+            RETURN '{}'::text[];  -- the common case under load: every worker is busy
         END IF;
         v_announced := ARRAY(
             SELECT DISTINCT k FROM unnest(p_kinds) k
