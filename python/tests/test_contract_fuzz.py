@@ -343,6 +343,8 @@ def _edges(world: World, type_name: str) -> list[Any]:
         return [[], [None], [""], ["\t"], ["x" * 201], [["a"]], world.names[:3], [LONG]]
     if type_name == "uuid[]":
         return [[], [None], [[world.uuids[0]]], world.uuids[:2], [uuid.uuid4()]]
+    if type_name == "bigint[]":
+        return [[], [None], [[1]], [0, -1], [2**63 - 1, -(2**63)], world.epochs[:3]]
     if type_name == "timestamp with time zone":
         return TIMESTAMPTZ_EDGES
     return []
@@ -393,6 +395,9 @@ def _strategy(world: World, type_name: str) -> st.SearchStrategy[Any]:
         extra = st.lists(st.one_of(text, st.sampled_from(world.names)), max_size=4)
     elif type_name == "uuid[]":
         extra = st.lists(st.one_of(st.uuids(), st.sampled_from(world.uuids)), max_size=3)
+    elif type_name == "bigint[]":
+        epoch = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(world.epochs))
+        extra = st.lists(epoch, max_size=3)
     elif type_name == "timestamp with time zone":
         extra = st.datetimes(timezones=st.just(UTC)).map(lambda d: d.isoformat())
     else:
@@ -413,6 +418,7 @@ def _baseline(world: World, function: Function) -> dict[str, Any]:
         "jsonb": "[]",
         "text[]": world.names[:1],
         "uuid[]": [],
+        "bigint[]": [],
         "timestamp with time zone": "2026-01-01 00:00:00+00",
     }
     return {
