@@ -58,6 +58,20 @@ CREATE INDEX batch_open ON tenure.batch (keyspace, key, seq) WHERE status NOT IN
 -- Selection counts, per key, the batches that are neither queued nor finished.
 CREATE INDEX batch_unsettled ON tenure.batch (keyspace, key) WHERE status IN ('pending', 'unknown', 'invalid');
 CREATE INDEX batch_depends_on ON tenure.batch USING gin (depends_on) WHERE cardinality(depends_on) > 0;
+-- Settled batches by the time they were resolved (batch_prune, oldest first).
+CREATE INDEX batch_settled ON tenure.batch (resolved_at) WHERE status IN ('committed', 'skipped');
+
+CREATE TABLE tenure.batch_tombstone (
+    id        uuid        PRIMARY KEY,
+    keyspace  text        NOT NULL,
+    key       text        NOT NULL,
+    seq       bigint      NOT NULL,
+    status    text        NOT NULL CHECK (status IN ('committed', 'skipped')),
+    pruned_at timestamptz NOT NULL
+);
+COMMENT ON TABLE tenure.batch_tombstone IS
+    'Batches removed by batch_prune: id, queue, key, sequence number and final status, kept until pruned_at is older than the retention age again. batch_enqueue answers a tombstoned id as an existing batch (created false) and judges a dependency on it by its status (committed: satisfied; skipped: the new batch is invalid).';
+CREATE INDEX batch_tombstone_pruned ON tenure.batch_tombstone (pruned_at);
 
 -- One batch of an enqueue request, as parsed from its JSON.
 CREATE TYPE tenure._batch_input AS (

@@ -38,6 +38,9 @@ CREATE TABLE tenure.replica_term (
 COMMENT ON TABLE tenure.replica_term IS
     'One row per acquisition of a replica lock: lock id, epoch, replica name, backend pid of the lock session and when it acquired (server clock). The term ends when the next one starts, or earlier.';
 
+-- Terms by the time they began (replica_prune, oldest first).
+CREATE INDEX replica_term_acquired ON tenure.replica_term (acquired_at);
+
 CREATE TYPE tenure.replica_grant AS (
     lock_id        integer,
     acquired       boolean,

@@ -222,6 +222,7 @@ BEGIN
                             OR EXISTS (SELECT FROM unnest(i.state_keys) sk WHERE sk ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$') THEN 'has an empty state key'
                        WHEN array_position(i.depends_on, NULL) IS NOT NULL THEN 'has a NULL dependency'
                        WHEN EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
+                            OR EXISTS (SELECT FROM tenure.batch_tombstone t WHERE t.id = i.id AND t.keyspace <> p_keyspace)
                            THEN 'has the id of a batch of another queue'
                        ELSE 'depends on a batch that does not exist in this queue' END AS problem
       INTO v_bad
@@ -231,8 +232,11 @@ BEGIN
         OR EXISTS (SELECT FROM unnest(i.state_keys) sk WHERE sk ~ '^[[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]*$')
         OR array_position(i.depends_on, NULL) IS NOT NULL
         OR EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id AND b.keyspace <> p_keyspace)
+        OR EXISTS (SELECT FROM tenure.batch_tombstone t WHERE t.id = i.id AND t.keyspace <> p_keyspace)
         OR EXISTS (SELECT FROM unnest(i.depends_on) d
                     WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = d AND b.keyspace = p_keyspace)
+                      -- pruned by batch_prune: known while its tombstone is kept
+                      AND NOT EXISTS (SELECT FROM tenure.batch_tombstone t WHERE t.id = d AND t.keyspace = p_keyspace)
                       AND NOT EXISTS (SELECT FROM unnest(v_input) j WHERE j.id = d AND j.ord < i.ord))
      ORDER BY i.ord
      LIMIT 1;
@@ -248,17 +252,21 @@ BEGIN
     PERFORM tenure._batch_lock_keys(p_keyspace, ARRAY(SELECT i.key FROM unnest(v_input) i));
 
     WITH fresh AS (
-        -- new ids only, each once (its first occurrence), numbered in input order per key
+        -- new ids only (a pruned batch's id is not new while its tombstone is kept), each
+        -- once (its first occurrence), numbered in input order per key
         SELECT f.*, row_number() OVER (PARTITION BY f.key ORDER BY f.ord) AS rank
           FROM (SELECT DISTINCT ON (i.id) i.*
                   FROM unnest(v_input) i
                  WHERE NOT EXISTS (SELECT FROM tenure.batch b WHERE b.id = i.id)
+                   AND NOT EXISTS (SELECT FROM tenure.batch_tombstone t WHERE t.id = i.id)
                  ORDER BY i.id, i.ord) f
     ), numbered AS (
         SELECT f.*, k.next_seq + f.rank - 1 AS seq,
-               -- a dependency that is already invalid (or skipped) dooms the batch at once
-               (SELECT format('dependency %s is %s', b.id, b.status) FROM tenure.batch b
-                 WHERE b.id = ANY (f.depends_on) AND b.status IN ('invalid', 'skipped') LIMIT 1) AS doomed
+               -- a dependency that is already invalid (or skipped, pruned or not) dooms the batch at once
+               coalesce((SELECT format('dependency %s is %s', b.id, b.status) FROM tenure.batch b
+                          WHERE b.id = ANY (f.depends_on) AND b.status IN ('invalid', 'skipped') LIMIT 1),
+                        (SELECT format('dependency %s is %s', t.id, t.status) FROM tenure.batch_tombstone t
+                          WHERE t.id = ANY (f.depends_on) AND t.status = 'skipped' LIMIT 1)) AS doomed
           FROM fresh f
           JOIN tenure.batch_key k ON k.keyspace = p_keyspace AND k.key = f.key
     ), bumped AS (
@@ -283,10 +291,16 @@ BEGIN
     PERFORM tenure._batch_refresh(p_keyspace, ARRAY(SELECT DISTINCT i.key FROM unnest(v_input) i), '{}', NULL);
     PERFORM pg_notify('tenure_batch', p_keyspace);
 
+    -- A pruned batch answers from its tombstone (one snapshot: batch_prune moves a batch
+    -- to its tombstone in one transaction).
     RETURN QUERY
     SELECT b.id, b.key, b.seq,
            b.id = ANY (v_created) AND i.ord = min(i.ord) OVER (PARTITION BY i.id)
-      FROM unnest(v_input) i JOIN tenure.batch b ON b.id = i.id
+      FROM unnest(v_input) i
+      JOIN (SELECT x.id, x.key, x.seq FROM tenure.batch x WHERE x.id = ANY (ARRAY(SELECT j.id FROM unnest(v_input) j))
+            UNION ALL
+            SELECT t.id, t.key, t.seq FROM tenure.batch_tombstone t
+             WHERE t.id = ANY (ARRAY(SELECT j.id FROM unnest(v_input) j))) b ON b.id = i.id
      ORDER BY i.ord;
 END
 $$;
@@ -955,6 +969,62 @@ COMMENT ON FUNCTION tenure.batch_check(text, uuid, text[], bigint[]) IS
 $$For submitters, right before they submit: one answer per pair (p_keys[i], p_epochs[i]), in order, true only if instance p_instance holds that key of queue p_keyspace in that epoch under a claim that has not expired (claim_check's answer for each, in one call). A NULL key or epoch, or an unknown key, is false.
 Errors: TN001 on an empty keyspace, a NULL instance, or arrays that are NULL, not one-dimensional or of different lengths.$$;
 
+-- Retention of settled batches: committed and skipped ones resolved before the age,
+-- oldest first, in bounded batches, each leaving a tombstone (id, key, seq, status) in
+-- the same transaction. Per-key order needs nothing of them (sequence numbers come
+-- from batch_key.next_seq, selection reads open batches only); a batch that a batch
+-- not yet settled depends on stays, so a skipped dependency keeps holding its
+-- dependents. Tombstones older than the age again are removed too.
+CREATE OR REPLACE FUNCTION tenure._batch_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('batch_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    DELETE FROM tenure.batch_tombstone AS t
+     WHERE t.id IN (SELECT o.id FROM tenure.batch_tombstone o
+                     WHERE o.pruned_at < v_now - p_older_than
+                     ORDER BY o.pruned_at
+                     LIMIT p_limit
+                       FOR UPDATE SKIP LOCKED);
+    WITH pruned AS (
+        DELETE FROM tenure.batch AS b
+         WHERE b.id IN (SELECT s.id FROM tenure.batch s
+                         WHERE s.status IN ('committed', 'skipped') AND s.resolved_at < v_now - p_older_than
+                           AND NOT EXISTS (SELECT FROM tenure.batch d
+                                            WHERE d.depends_on @> ARRAY[s.id] AND cardinality(d.depends_on) > 0
+                                              AND d.status NOT IN ('committed', 'skipped'))
+                         ORDER BY s.resolved_at
+                         LIMIT p_limit
+                           FOR UPDATE SKIP LOCKED)
+           AND b.status IN ('committed', 'skipped')
+        RETURNING b.id, b.keyspace, b.key, b.seq, b.status
+    )
+    INSERT INTO tenure.batch_tombstone (id, keyspace, key, seq, status, pruned_at)
+    SELECT p.id, p.keyspace, p.key, p.seq, p.status, v_now FROM pruned p
+    ON CONFLICT (id) DO UPDATE SET keyspace = excluded.keyspace, key = excluded.key, seq = excluded.seq,
+                                   status = excluded.status, pruned_at = excluded.pruned_at;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.batch_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._batch_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.batch_prune(interval, integer) IS
+$$Retention: delete at most p_limit batches, committed or skipped, resolved more than p_older_than ago, oldest first; never a batch still queued, pending, unknown or invalid, nor one such a batch depends on. Each leaves a tombstone (id, key, sequence number, status) for p_older_than more: meanwhile batch_enqueue answers its id as an existing batch (created false) and counts a dependency on it as before (committed: satisfied; skipped: the new batch is invalid). Tombstones older than that are removed by the same call (at most p_limit); afterwards the id is unknown. Call again while it returns p_limit.
+Returns how many batches were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.batch_configure(text, text, boolean, text),
     tenure.batch_enqueue(text, text, bytea, text[], uuid[], uuid),
@@ -965,5 +1035,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.batch_skip(text, uuid),
     tenure.batch_retry(text, uuid),
     tenure.batch_pending(text, uuid),
-    tenure.batch_check(text, uuid, text[], bigint[])
+    tenure.batch_check(text, uuid, text[], bigint[]),
+    tenure.batch_prune(interval, integer)
 TO tenure_worker;

@@ -608,6 +608,53 @@ COMMENT ON FUNCTION tenure.claim_fence(text, uuid, text, bigint) IS
 $$Fence an application write on a key: call it inside the transaction that makes the write; it raises TN103 (claim_lost) unless p_instance holds p_key of p_keyspace in epoch p_epoch under a claim that has not expired, and otherwise keeps any other instance from taking the key until that transaction ends.
 Errors: TN001 on NULL or empty arguments or an epoch below 1; TN103 when the caller does not hold the key in that epoch.$$;
 
+-- Retention of the claim log: claims that ended, oldest first, in bounded batches. A
+-- claim ends when the key is next unclaimed: the next entry's unclaimed_since (the
+-- release or expiry it followed), or for the key's last entry the release recorded in
+-- claim_key. The entry of a claim still held (the key's epoch, claimant set) stays, and
+-- so does every claim_key row: epochs keep growing from where they are.
+CREATE OR REPLACE FUNCTION tenure._claim_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cutoff timestamptz := coalesce(p_now, clock_timestamp()) - p_older_than;
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('claim_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    -- A claim ends after it began: the candidates are found by claimed_at (index
+    -- claim_log_claimed), oldest first.
+    DELETE FROM tenure.claim_log AS l
+     WHERE (l.keyspace, l.key, l.epoch) IN (
+            SELECT e.keyspace, e.key, e.epoch FROM tenure.claim_log e
+              JOIN tenure.claim_key k ON k.keyspace = e.keyspace AND k.key = e.key
+             WHERE e.claimed_at < v_cutoff
+               AND CASE WHEN e.epoch < k.epoch
+                        THEN (SELECT n.unclaimed_since FROM tenure.claim_log n
+                               WHERE n.keyspace = e.keyspace AND n.key = e.key AND n.epoch > e.epoch
+                               ORDER BY n.epoch LIMIT 1) < v_cutoff
+                        ELSE e.epoch = k.epoch AND k.claimant IS NULL AND k.unclaimed_since < v_cutoff END
+             ORDER BY e.claimed_at
+             LIMIT p_limit
+               FOR UPDATE OF e SKIP LOCKED);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.claim_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._claim_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.claim_prune(interval, integer) IS
+$$Retention: delete at most p_limit entries of tenure.claim_log whose claim ended more than p_older_than ago (the key passed on to a later claim, or was released), oldest first. The entry of a claim still held (live or expired, not yet passed on) is never deleted, nor any claim key: epochs keep growing from where they are. Call again while it returns p_limit.
+Returns how many entries were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.claim_register(text, text[]),
     tenure.claim_retire(text, text[]),
@@ -616,5 +663,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.claim_cycle(text, uuid, interval, integer),
     tenure.claim_release(text, uuid, text[]),
     tenure.claim_check(text, uuid, text, bigint),
-    tenure.claim_fence(text, uuid, text, bigint)
+    tenure.claim_fence(text, uuid, text, bigint),
+    tenure.claim_prune(interval, integer)
 TO tenure_worker;

@@ -172,3 +172,26 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The arguments of every prune function (task_prune, heartbeat_prune, claim_prune,
+-- batch_prune, replica_prune): an age of zero or more, and a batch size that keeps
+-- one call's transaction short.
+CREATE OR REPLACE FUNCTION tenure._check_prune(p_function text, p_older_than interval, p_limit integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_older_than IS NULL OR p_older_than < interval '0' THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_older_than', 'must be a non-negative interval',
+            quote_nullable(p_older_than::text), 'Pass the retention age, such as ''7 days''.');
+    ELSIF p_older_than > interval '100 years' THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_older_than', 'must be at most 100 years',
+            quote_literal(p_older_than::text), 'Pass the retention age, such as ''7 days''.');
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000000 THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_limit', 'must be between 1 and 1000000',
+            quote_nullable(p_limit), 'Pass how many entries one call may remove, such as 10000; call again while it returns that many.');
+    END IF;
+END
+$$;

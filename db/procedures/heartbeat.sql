@@ -280,10 +280,50 @@ COMMENT ON FUNCTION tenure.heartbeat_fence(uuid, text, bigint) IS
 $$Fence an application write: call it inside the transaction that makes the write; it raises TN101 (not_primary) unless p_instance_id is the live primary of p_utype in term p_term, and otherwise holds off any takeover until that transaction ends. A primary that hung and lost its term can therefore never write. A term granted before a failover is refused until the holder renewed (and so got a new term), and the fenced transaction commits as durably as a grant (synchronous_commit at least on).
 Errors: TN001 on a NULL instance, an empty type or a term below 1; TN101 when the instance is not the live primary in that term.$$;
 
+-- Retention of the term history: ended terms, oldest first, in bounded batches. The
+-- current term of each type stays (heartbeat_status shows when it started), and so
+-- does every tenure.heartbeat row: terms only grow, whatever the history keeps.
+CREATE OR REPLACE FUNCTION tenure._heartbeat_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('heartbeat_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    -- A term that is not current is never current again (the entry's term only grows).
+    DELETE FROM tenure.heartbeat_term AS t
+     WHERE (t.utype, t.term) IN (
+            SELECT e.utype, e.term FROM tenure.heartbeat_term e
+             WHERE e.ended_at IS NOT NULL AND e.ended_at < v_now - p_older_than
+               AND e.term < (SELECT h.term FROM tenure.heartbeat h WHERE h.utype = e.utype)
+             ORDER BY e.ended_at
+             LIMIT p_limit
+               FOR UPDATE OF e SKIP LOCKED);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.heartbeat_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._heartbeat_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.heartbeat_prune(interval, integer) IS
+$$Retention: delete at most p_limit terms of tenure.heartbeat_term that ended more than p_older_than ago, oldest first. The current term of every service type is never deleted, nor any heartbeat entry: terms keep growing from where they are. Call again while it returns p_limit.
+Returns how many terms were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.update_heartbeat(uuid, text, interval, interval),
     tenure.get_primary(text),
     tenure.check_primary(uuid, text),
     tenure.heartbeat_resign(uuid, text),
-    tenure.heartbeat_fence(uuid, text, bigint)
+    tenure.heartbeat_fence(uuid, text, bigint),
+    tenure.heartbeat_prune(interval, integer)
 TO tenure_worker;

@@ -375,6 +375,49 @@ COMMENT ON VIEW tenure.replicas IS
     'Operator view of every registered replica lock: holder pid, application name, replica, epoch, since when and last ping; reserved_until while a free lock waits for its previous holder.';
 GRANT SELECT ON tenure.replicas TO tenure_worker;
 
+-- Retention of replica terms: terms that ended (a later acquisition of the lock began),
+-- oldest first, in bounded batches. The last term of each lock (its current or last
+-- holder: epoch = replica_lock.epoch) stays, and so does every replica_lock row: epochs
+-- keep growing from where they are.
+CREATE OR REPLACE FUNCTION tenure._replica_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cutoff timestamptz := coalesce(p_now, clock_timestamp()) - p_older_than;
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('replica_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    -- A term ends when the next begins (or earlier): found by acquired_at, oldest first.
+    DELETE FROM tenure.replica_term AS r
+     WHERE (r.lock_id, r.epoch) IN (
+            SELECT e.lock_id, e.epoch FROM tenure.replica_term e
+              JOIN tenure.replica_lock l ON l.lock_id = e.lock_id
+             WHERE e.acquired_at < v_cutoff AND e.epoch < l.epoch
+               AND (SELECT n.acquired_at FROM tenure.replica_term n
+                     WHERE n.lock_id = e.lock_id AND n.epoch > e.epoch
+                     ORDER BY n.epoch LIMIT 1) < v_cutoff
+             ORDER BY e.acquired_at
+             LIMIT p_limit
+               FOR UPDATE OF e SKIP LOCKED);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.replica_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._replica_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.replica_prune(interval, integer) IS
+$$Retention: delete at most p_limit terms of tenure.replica_term that ended more than p_older_than ago (a later acquisition of the same lock began before then), oldest first. The last term of every lock (its current or last holder) is never deleted, nor any registered lock: epochs keep growing from where they are. Call again while it returns p_limit.
+Returns how many terms were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.replica_lock_id(integer, text),
     tenure.replica_register(integer, text),
@@ -382,5 +425,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.replica_guard(bigint, integer, text),
     tenure.replica_ping(text, bigint, interval, integer, text),
     tenure.replica_release(text, integer, text),
-    tenure.replica_holder(integer, text)
+    tenure.replica_holder(integer, text),
+    tenure.replica_prune(interval, integer)
 TO tenure_worker;

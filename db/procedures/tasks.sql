@@ -1102,6 +1102,45 @@ $$Retention clean-up: delete tasks that finished (done, and dead with p_include_
 Returns how many tasks were deleted.
 Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
 
+-- Retention of finished tasks, oldest first, in bounded batches. No tombstone: an
+-- idempotency key (or id) de-duplicates for as long as its task is kept, that is for
+-- the retention age after it finished (docs/tasks.md#retention).
+CREATE OR REPLACE FUNCTION tenure._task_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('task_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    -- The lease log goes with each task (ON DELETE CASCADE). A task locked by someone
+    -- else (task_requeue of a dead one) is skipped, left for the next call.
+    DELETE FROM tenure.task AS t
+     WHERE t.id IN (SELECT f.id FROM tenure.task f
+                     WHERE f.status <> 'pending' AND f.finished_at < v_now - p_older_than
+                     ORDER BY f.finished_at
+                     LIMIT p_limit
+                       FOR UPDATE SKIP LOCKED)
+       AND t.status <> 'pending';
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_prune(interval, integer) IS
+$$Retention: delete at most p_limit finished tasks (done and dead) whose finished_at is more than p_older_than ago, oldest first, with their lease log. Pending tasks are never deleted. Call again while it returns p_limit. An idempotency key or task id de-duplicates only while its task is kept: once pruned, an enqueue with the same key or id creates a new task (the de-duplication window is the retention age).
+Returns how many tasks were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
 GRANT EXECUTE ON FUNCTION
     tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
     tenure.task_enqueue_many(jsonb),
@@ -1115,5 +1154,6 @@ GRANT EXECUTE ON FUNCTION
     tenure.task_fence(uuid, uuid, bigint),
     tenure.task_eject(uuid, uuid, interval),
     tenure.task_requeue(uuid, interval),
-    tenure.task_purge(interval, boolean)
+    tenure.task_purge(interval, boolean),
+    tenure.task_prune(interval, integer)
 TO tenure_worker;

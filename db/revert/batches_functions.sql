@@ -1,5 +1,7 @@
 BEGIN;
 
+DROP FUNCTION tenure.batch_prune(interval, integer);
+DROP FUNCTION tenure._batch_prune(interval, integer, timestamptz);
 DROP FUNCTION tenure.batch_pending(text, uuid);
 DROP FUNCTION tenure._batch_pending(text, uuid, timestamptz);
 DROP FUNCTION tenure.batch_check(text, uuid, text[], bigint[]);

@@ -27,5 +27,12 @@ DROP FUNCTION tenure._claim_share(text, uuid, timestamptz);
 DROP FUNCTION tenure._follow_server(timestamptz);
 DROP FUNCTION tenure._on_primary();
 DROP FUNCTION tenure._blank(text);
+DROP FUNCTION tenure.task_prune(interval, integer);
+DROP FUNCTION tenure._task_prune(interval, integer, timestamptz);
+DROP FUNCTION tenure.heartbeat_prune(interval, integer);
+DROP FUNCTION tenure._heartbeat_prune(interval, integer, timestamptz);
+DROP FUNCTION tenure.claim_prune(interval, integer);
+DROP FUNCTION tenure._claim_prune(interval, integer, timestamptz);
+DROP FUNCTION tenure._check_prune(text, interval, integer);
 
 COMMIT;

@@ -1,5 +1,7 @@
 BEGIN;
 
+DROP FUNCTION tenure.replica_prune(interval, integer);
+DROP FUNCTION tenure._replica_prune(interval, integer, timestamptz);
 DROP VIEW tenure.replicas;
 DROP FUNCTION tenure.replica_holder(integer, text);
 DROP FUNCTION tenure._replica_holders(integer, text);
