@@ -442,6 +442,15 @@ class Driver:
         """
         self._scalar("SELECT tenure.heartbeat_fence(%s, %s, %s)", (instance_id, utype, term))
 
+    def heartbeat_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+        """Retention: delete at most ``limit`` ended terms older than ``older_than``, oldest first.
+
+        Never the current term of a service type, never a heartbeat entry.
+
+        Returns how many were deleted: call again while it returns ``limit``.
+        """
+        return int(self._scalar("SELECT tenure.heartbeat_prune(%s, %s)", (_seconds(older_than), limit)))
+
     def heartbeat_status(self) -> list[HeartbeatStatus]:
         """Every service type: primary, term, last heartbeat and its age, liveness."""
         return self._rows(HeartbeatStatus, "SELECT * FROM tenure.heartbeat_status ORDER BY utype", ())
@@ -584,6 +593,17 @@ class Driver:
     def task_purge(self, *, older_than: timedelta | float, include_dead: bool = False) -> int:
         return int(self._scalar("SELECT tenure.task_purge(%s, %s)", (_seconds(older_than), include_dead)))
 
+    def task_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+        """Retention: delete at most ``limit`` tasks finished before ``older_than`` ago, oldest first.
+
+        Done and dead tasks go with their lease log.
+        Never a pending task. Once pruned, an enqueue with the same idempotency key or id
+        creates a new task: keys de-duplicate for the retention age.
+
+        Returns how many were deleted: call again while it returns ``limit``.
+        """
+        return int(self._scalar("SELECT tenure.task_prune(%s, %s)", (_seconds(older_than), limit)))
+
     def tasks(
         self,
         *,
@@ -674,6 +694,16 @@ class Driver:
         Call it inside the transaction of the write it guards.
         """
         self._scalar("SELECT tenure.claim_fence(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch))
+
+    def claim_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+        """Retention: delete at most ``limit`` claim log entries that ended before ``older_than`` ago.
+
+        A claim ends when it passes on or is released; oldest first.
+        Never the entry of a claim still held, never a claim key.
+
+        Returns how many were deleted: call again while it returns ``limit``.
+        """
+        return int(self._scalar("SELECT tenure.claim_prune(%s, %s)", (_seconds(older_than), limit)))
 
     def claims(self, keyspace: str | None = None) -> list[ClaimRow]:
         return self._rows(
@@ -783,6 +813,18 @@ class Driver:
         )
         return [bool(a) for a in answers]
 
+    def batch_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+        """Retention: delete at most ``limit`` batches settled before ``older_than`` ago, oldest first.
+
+        Committed and skipped batches, by when they were resolved.
+        Never an unsettled batch nor one an unsettled batch depends on. Each pruned batch
+        leaves a tombstone for ``older_than`` more, so its id and dependencies on it answer as
+        before; expired tombstones are removed by the same call.
+
+        Returns how many were deleted: call again while it returns ``limit``.
+        """
+        return int(self._scalar("SELECT tenure.batch_prune(%s, %s)", (_seconds(older_than), limit)))
+
     def batch_pending(self, keyspace: str, instance_id: UUID) -> list[BatchGrant]:
         return self._rows(BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id))
 
@@ -867,6 +909,16 @@ class Driver:
         """Who holds the lock (pid None when nobody does); None when it was never registered."""
         rows = self._rows(ReplicaHolder, "SELECT * FROM tenure.replica_holder(%s, %s)", (counter, scope))
         return rows[0] if rows else None
+
+    def replica_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+        """Retention: delete at most ``limit`` replica terms that ended before ``older_than`` ago.
+
+        A term ends when a later acquisition of its lock begins; oldest first.
+        Never the last term of a lock, never the lock registry.
+
+        Returns how many were deleted: call again while it returns ``limit``.
+        """
+        return int(self._scalar("SELECT tenure.replica_prune(%s, %s)", (_seconds(older_than), limit)))
 
     def replicas(self) -> list[ReplicaHolder]:
         """Every registered replica lock with its holder (the view ``tenure.replicas``)."""
