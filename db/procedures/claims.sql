@@ -619,10 +619,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_cutoff timestamptz := coalesce(p_now, clock_timestamp()) - p_older_than;
+    v_cutoff timestamptz;
     v_count bigint;
 BEGIN
     PERFORM tenure._check_prune('claim_prune', p_older_than, p_limit);
+    v_cutoff := coalesce(p_now, clock_timestamp()) - p_older_than;
     PERFORM tenure._durable();
     -- A claim ends after it began: the candidates are found by claimed_at (index
     -- claim_log_claimed), oldest first.

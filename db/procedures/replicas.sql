@@ -385,10 +385,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_cutoff timestamptz := coalesce(p_now, clock_timestamp()) - p_older_than;
+    v_cutoff timestamptz;
     v_count bigint;
 BEGIN
     PERFORM tenure._check_prune('replica_prune', p_older_than, p_limit);
+    v_cutoff := coalesce(p_now, clock_timestamp()) - p_older_than;
     PERFORM tenure._durable();
     -- A term ends when the next begins (or earlier): found by acquired_at, oldest first.
     DELETE FROM tenure.replica_term AS r
