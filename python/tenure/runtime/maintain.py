@@ -138,6 +138,7 @@ class Maintainer:
         self.prunable: list[str] | None = None  # detected once, at the first retention run
         self._lock = threading.Lock()  # guards stats
         self._stopping = threading.Event()
+        self._stopped = False
         self._threads: list[threading.Thread] = []
         self._deadlines = Deadlines(f"maintain {self.name}")
 
@@ -166,7 +167,12 @@ class Maintainer:
         return self
 
     def stop(self, *, grace: float | None = None) -> None:
-        """Stop both jobs (a call in progress ends within the safe window), then resign."""
+        """Stop both jobs (a call in progress ends within the safe window), then resign.
+
+        Stopping a stopped maintainer does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stopping.set()
         for thread in self._threads:
             thread.join()
