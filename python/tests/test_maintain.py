@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
@@ -40,7 +41,9 @@ from tenure import (
     schedule,
     sync_schedules,
 )
+from tenure.cli import build_parser
 from tenure.cli import main as cli
+from tenure.cli.maintain import duration
 from tenure.driver import PRUNE_HISTORIES
 from tenure.testing.child import ChildProcess
 from tenure.testing.heartbeat import wait_for_primary
@@ -401,3 +404,17 @@ def test_schedule_commands(app_conninfo: str, admin: psycopg.Connection[Any], ca
     assert "dropped" in run("drop", "ping")
     assert [r.name for r in Driver(admin).schedules()] == ["nightly"]
     assert cli(["schedule", "pause", "--db", app_conninfo, "no-such"]) == 2  # TN201, reported
+
+
+def test_maintain_command_reads_ages() -> None:
+    assert duration("7d") == timedelta(days=7)
+    assert duration("12h") == timedelta(hours=12) and duration("90") == timedelta(seconds=90)
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration("a week")
+    args = build_parser().parse_args(["maintain", "--db", "x", "--claim-age", "2d", "--prune-limit", "500"])
+    assert (args.task_age, args.claim_age, args.replica_age) == (
+        timedelta(days=7),
+        timedelta(days=2),
+        timedelta(days=30),
+    )
+    assert (args.tick_every, args.retention_every, args.prune_limit) == (1.0, 60.0, 500)
