@@ -6,9 +6,11 @@
   removes fewer rows than the limit, with the configured ages, and only from the
   elected maintainer. The prune functions here are stand-ins of the test's own (the
   real ones belong to the retention change); histories without one are skipped.
-- ``tenure maintain`` processes under SIGKILL and SIGSTOP of the active one: a schedule
-  every second with catch-up ``'all'`` has exactly one task for every slot between the
-  first and the last, read from the tasks' idempotency keys and data.
+- ``tenure maintain`` processes under SIGKILL and SIGSTOP of the active one, a server
+  crash-restart and an outage of every maintainer, with ``tenure task worker``
+  processes running a decorated processor module: a schedule every second with
+  catch-up ``'all'`` has exactly one task for every slot between the first and the
+  last (read from the tasks' idempotency keys and data), and each is done once.
 - ``@schedule`` / ``Schedules`` / ``sync_schedules`` are idempotent and feed a TaskWorker.
 - ``tenure schedule`` commands.
 """
@@ -16,8 +18,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -47,9 +52,11 @@ from tenure.cli.maintain import duration
 from tenure.driver import PRUNE_HISTORIES
 from tenure.testing.child import ChildProcess
 from tenure.testing.heartbeat import wait_for_primary
+from tenure.testing.tasks import TaskWorkerProcess
 
 I, T = 0.3, 1.0
 UTYPE = "tenure.maintain"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_until(condition: Any, wait: float = 20.0, what: str = "condition") -> None:
@@ -235,56 +242,118 @@ def spawn(app_conninfo: str, tmp_path: Path) -> Iterator[Any]:
             process.stop()
 
 
-def test_one_task_per_slot_across_kill_and_freeze_of_the_maintainer(
-    spawn: Any, admin: psycopg.Connection[Any]
+PULSE_APP = """
+from tenure import Complete, Schedules, Task
+
+schedules = Schedules()
+
+
+@schedules.schedule(every=1, catch_up="all", catch_up_limit=1000)
+def pulse(task: Task) -> Complete:
+    return Complete(data={**task.data, "done_by": str(task.owner)})
+
+
+PROCESSORS = schedules.processors()
+"""
+
+
+def test_one_task_per_slot_across_kill_freeze_and_server_restart(
+    spawn: Any, admin_conninfo: str, app_conninfo: str, tmp_path: Path
 ) -> None:
-    driver = Driver(admin)
-    every_second(driver)
-    processes = {p.instance_id: p for p in (spawn(), spawn())}
-    active, _ = wait_for_primary(driver, UTYPE)
-    wait_until(lambda: len(slots_of(admin, "pulse")) >= 2, what="the first slots")
+    """Maintainers and task workers as processes; the schedule comes from a decorated
+    processor module that the workers run (``tenure task worker --module``)."""
+    (tmp_path / "pulse_app.py").write_text(PULSE_APP)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        pulse_app = importlib.import_module("pulse_app")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("pulse_app", None)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    workers = [
+        TaskWorkerProcess(
+            app_conninfo, "pulse_app", tmp_path / f"worker-{n}.log", lease=2.0, poll_interval=0.2, env=env
+        )
+        for n in range(2)
+    ]
+    admin = psycopg.connect(admin_conninfo, autocommit=True)
+    try:
+        driver = Driver(admin)
+        sync_schedules(driver, pulse_app.schedules)
+        processes = {p.instance_id: p for p in (spawn(), spawn())}
+        active, _ = wait_for_primary(driver, UTYPE)
+        wait_until(lambda: len(slots_of(admin, "pulse")) >= 2, what="the first slots")
 
-    # SIGKILL the active maintainer: the standby takes over and catches up.
-    processes[active].signal(signal.SIGKILL)
-    processes[active].process.wait(10)
-    successor, _ = wait_for_primary(driver, UTYPE, other_than=active)
-    standby = spawn()
-    processes[standby.instance_id] = standby
-    count = len(slots_of(admin, "pulse"))
-    wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 2, what="slots after the kill")
+        # SIGKILL the active maintainer: the standby takes over and catches up.
+        processes[active].signal(signal.SIGKILL)
+        processes[active].process.wait(10)
+        successor, _ = wait_for_primary(driver, UTYPE, other_than=active)
+        standby = spawn()
+        processes[standby.instance_id] = standby
+        count = len(slots_of(admin, "pulse"))
+        wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 2, what="slots after the kill")
 
-    # SIGSTOP the active one for longer than T: the standby takes over; SIGCONT.
-    frozen = processes[successor]
-    frozen.signal(signal.SIGSTOP)
-    replacement, _ = wait_for_primary(driver, UTYPE, other_than=successor)
-    time.sleep(T)
-    frozen.signal(signal.SIGCONT)
-    count = len(slots_of(admin, "pulse"))
-    wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 3, what="slots after the freeze")
-    frozen.wait_for_output("no longer the maintainer")
+        # SIGSTOP the active one for longer than T: the standby takes over; SIGCONT.
+        frozen = processes[successor]
+        frozen.signal(signal.SIGSTOP)
+        wait_for_primary(driver, UTYPE, other_than=successor)
+        time.sleep(T)
+        frozen.signal(signal.SIGCONT)
+        count = len(slots_of(admin, "pulse"))
+        wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 3, what="slots after the freeze")
+        frozen.wait_for_output("no longer the maintainer")
 
-    # Every maintainer down for several slots (the last one frozen, the others stopped):
-    # once it is back, catch-up 'all' creates each slot missed meanwhile, once.
-    last = processes[replacement]
-    for process in processes.values():
-        if process is not last:
+        # A server crash-restart: every maintainer and worker reconnects.
+        admin.close()
+        subprocess.run(
+            [str(ROOT / "scripts" / "pgcluster.sh"), "restart", os.environ["TENURE_PG_DIR"]],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        admin = psycopg.connect(admin_conninfo, autocommit=True)
+        driver = Driver(admin)
+        count = len(slots_of(admin, "pulse"))
+        wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 3, what="slots after the restart")
+
+        # Every maintainer down for several slots (the last one frozen, the others
+        # stopped): once it is back, catch-up 'all' creates each slot missed meanwhile.
+        last = processes[wait_for_primary(driver, UTYPE)[0]]
+        for process in processes.values():
+            if process is not last:
+                process.stop()
+        last.signal(signal.SIGSTOP)
+        time.sleep(3.5)
+        last.signal(signal.SIGCONT)
+        count = len(slots_of(admin, "pulse"))
+        wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 5, what="the missed slots caught up")
+
+        for process in processes.values():
             process.stop()
-    last.signal(signal.SIGSTOP)
-    time.sleep(3.5)
-    last.signal(signal.SIGCONT)
-    count = len(slots_of(admin, "pulse"))
-    wait_until(lambda: len(slots_of(admin, "pulse")) >= count + 5, what="the missed slots caught up")
-    assert driver.get_primary(UTYPE) is not None
+        assert "stopped:" in last.output()
+        slots = slots_of(admin, "pulse")
+        check_every_slot_once(slots)
+        assert len(slots) >= 12
+        # The cursor is just past the last slot: nothing was skipped at the end either.
+        (row,) = [r for r in driver.schedules() if r.name == "pulse"]
+        assert row.last_slot == slots[-1] and row.next_slot == slots[-1] + timedelta(seconds=1)
 
-    for process in processes.values():
-        process.stop()
-    assert "stopped:" in processes[replacement].output()
-    slots = slots_of(admin, "pulse")
-    check_every_slot_once(slots)
-    assert len(slots) >= 8
-    # The cursor is just past the last slot: nothing was skipped at the end either.
-    (row,) = [r for r in driver.schedules() if r.name == "pulse"]
-    assert row.last_slot == slots[-1] and row.next_slot == slots[-1] + timedelta(seconds=1)
+        # The workers complete every slot's task, each exactly once.
+        def open_tasks() -> int:
+            found = admin.execute(
+                "SELECT count(*) FROM tenure.task WHERE kind = 'pulse' AND status <> 'done'"
+            ).fetchone()
+            return int(found[0]) if found else -1
+
+        wait_until(lambda: open_tasks() == 0, wait=60, what="every slot's task done")
+        done = admin.execute(
+            "SELECT count(*), count(DISTINCT data->>'slot'), count(data->>'done_by') FROM tenure.task"
+            " WHERE kind = 'pulse' AND status = 'done'"
+        ).fetchone()
+        assert done == (len(slots), len(slots), len(slots))
+    finally:
+        for worker in workers:
+            worker.stop()
+        admin.close()
 
 
 # -- decorator, registry, sync -----------------------------------------------------------------
