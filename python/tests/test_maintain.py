@@ -38,6 +38,7 @@ from tenure import (
     Complete,
     Driver,
     InvalidArgument,
+    InvalidConfiguration,
     Maintainer,
     Retention,
     Schedules,
@@ -191,9 +192,9 @@ def test_retention_prunes_in_bounded_batches_from_the_maintainer_only(
 def test_retention_settings_are_checked() -> None:
     assert Retention().task == timedelta(days=7) and Retention().claim == timedelta(days=30)
     assert Retention().limit == 10_000
-    with pytest.raises(Exception, match="limit"):
+    with pytest.raises(InvalidConfiguration, match="limit"):
         Retention(limit=0)
-    with pytest.raises(Exception, match="negative"):
+    with pytest.raises(InvalidConfiguration, match="negative"):
         Retention(task=timedelta(days=-1))
 
 
