@@ -3,7 +3,8 @@
 Everything an application needs is importable from here: the ``Driver`` (one
 method per SQL function) with its row types and errors, and the runtimes that
 schedule the calls (``Elector``, ``Claimer``, ``TaskWorker``, ``SubmissionPool``,
-``ReplicaManager``) with their HTTP endpoints.
+``ReplicaManager``, ``Maintainer``) with their HTTP endpoints, and the schedules
+declared next to their processors (``schedule``, ``Schedules``, ``sync_schedules``).
 """
 
 from tenure.connect import connect, connection_options
@@ -21,6 +22,9 @@ from tenure.driver import (
     ReplicaGrant,
     ReplicaHolder,
     Resolution,
+    ScheduleInfo,
+    ScheduleRow,
+    ScheduleSlot,
     TaskCycled,
     TaskEnqueued,
     TaskLease,
@@ -45,6 +49,15 @@ from tenure.metrics import Metrics, MetricsServer
 from tenure.runtime.batches import SubmissionPool
 from tenure.runtime.claims import Claimer, Keys
 from tenure.runtime.heartbeat import ElectionTiming, Elector
+from tenure.runtime.maintain import (
+    Maintainer,
+    MaintainerStats,
+    Retention,
+    Schedules,
+    ScheduleSpec,
+    schedule,
+    sync_schedules,
+)
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
 from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
 from tenure.runtime.tasks import (
@@ -83,6 +96,8 @@ __all__ = [
     "InvalidTransition",
     "Keys",
     "LeaseLost",
+    "Maintainer",
+    "MaintainerStats",
     "Metrics",
     "MetricsServer",
     "Next",
@@ -100,6 +115,12 @@ __all__ = [
     "ReplicaServer",
     "ReplicaTiming",
     "Resolution",
+    "Retention",
+    "ScheduleInfo",
+    "ScheduleRow",
+    "ScheduleSlot",
+    "ScheduleSpec",
+    "Schedules",
     "SubmissionPool",
     "Task",
     "TaskCycled",
@@ -115,6 +136,8 @@ __all__ = [
     "ask_primary",
     "connect",
     "connection_options",
+    "schedule",
     "shutdown_signals",
+    "sync_schedules",
     "wait_for_shutdown",
 ]

@@ -357,6 +357,9 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
     "replicas": ("scope", "counter"),
 }
 
+# The histories with a retention function tenure.<history>_prune(p_older_than, p_limit).
+PRUNE_HISTORIES = ("task", "batch", "heartbeat", "claim", "replica")
+
 
 class Driver:
     """Calls tenure's SQL functions on one psycopg connection."""
@@ -990,6 +993,33 @@ class Driver:
     def schedules(self) -> list[ScheduleRow]:
         """Every schedule (the view ``tenure.schedules``), by name."""
         return self._rows(ScheduleRow, "SELECT * FROM tenure.schedules ORDER BY name", ())
+
+    # -- retention (the maintainer's generic calls) -------------------------------------
+
+    def prunable_histories(self) -> list[str]:
+        """The histories (of ``PRUNE_HISTORIES``) whose ``tenure.<history>_prune(interval,
+        integer)`` exists in this database and may be executed by this role."""
+        query = (
+            "SELECT left(p.proname, -length('_prune')) FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'tenure' AND p.proname = ANY(%s)"
+            " AND pg_get_function_identity_arguments(p.oid) = 'p_older_than interval, p_limit integer'"
+            " AND has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1"
+        )
+        with self._committed(), _translated(), self.connection.cursor() as cursor:
+            cursor.execute(query, ([f"{h}_prune" for h in PRUNE_HISTORIES],))
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def prune(self, history: str, *, older_than: timedelta | float, limit: int) -> int:
+        """``tenure.<history>_prune(older_than, limit)``: rows removed, at most ``limit``."""
+        if history not in PRUNE_HISTORIES:
+            raise ValueError(f"no prune function for {history!r}; choose from {PRUNE_HISTORIES}")
+        query = sql.SQL("SELECT tenure.{}(%s, %s)").format(sql.Identifier(f"{history}_prune"))
+        with self._committed(), _translated(), self.connection.cursor() as cursor:
+            cursor.execute(query, (_seconds(older_than), limit))
+            row = cursor.fetchone()
+            assert row is not None
+            return int(row[0])
 
     def set_idle_session_timeout(self, seconds: float) -> None:
         """Have the server end this session after ``seconds`` without a statement (0: never)."""

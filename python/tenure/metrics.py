@@ -1,6 +1,6 @@
 """Prometheus metrics of tenure's runtimes (prometheus_client), in a registry of their own.
 
-Every runtime (Elector, Claimer, TaskWorker, SubmissionPool, ReplicaManager) takes a
+Every runtime (Elector, Claimer, TaskWorker, SubmissionPool, ReplicaManager, Maintainer) takes a
 ``metrics=`` argument; pass one :class:`Metrics` to all the runtimes of a process to
 serve them together, or let each make its own. :class:`MetricsServer` serves a
 registry at ``/metrics``; ``tenure elect --http`` and ``tenure replica run --http``
@@ -105,6 +105,23 @@ class Metrics:
         )
         self.replica_activations = Counter(
             "tenure_replica_activations", "Times this replica became active", ["lock_id"], registry=r
+        )
+
+        # maintenance (tenure maintain)
+        self.schedule_ticks = Counter(
+            "tenure_schedule_ticks", "schedule_tick calls made while the elected maintainer", registry=r
+        )
+        self.schedule_tasks = Counter(
+            "tenure_schedule_tasks_created",
+            "Tasks schedule_tick created, by schedule",
+            ["schedule"],
+            registry=r,
+        )
+        self.rows_pruned = Counter(
+            "tenure_rows_pruned", "History rows removed by retention, by history", ["history"], registry=r
+        )
+        self.maintain_failures = Counter(
+            "tenure_maintain_failures", "Maintenance calls that failed, by job", ["job"], registry=r
         )
 
     def exposition(self) -> tuple[bytes, str]:

@@ -1,6 +1,6 @@
 """The ``tenure`` command: one module per area (``heartbeat``, ``tasks``, ``claims``,
-``batches``, ``replicas``) plus ``status`` and ``deploy``, each registering its
-commands on the shared parser; ``common`` holds what they share.
+``batches``, ``replicas``, ``schedules``) plus ``maintain``, ``status`` and ``deploy``,
+each registering its commands on the shared parser; ``common`` holds what they share.
 
 ``tenure demo`` and ``tenure bench`` import their packages only when run, so no other
 command loads the demos or the benchmark.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.cli import batches, claims, deploy, heartbeat, replicas, status, tasks
+from tenure.cli import batches, claims, deploy, heartbeat, maintain, replicas, schedules, status, tasks
 from tenure.cli.common import db_option
 from tenure.deploy import SqitchMissing
 from tenure.errors import TenureError
@@ -36,8 +36,17 @@ EXAMPLES = {
     "revert": "example: tenure revert --db postgresql://postgres@db.example.org/prod --to @v0.1.0 --yes",
     "verify": "example: tenure verify --db postgresql://postgres@db.example.org/prod",
     "replica": "example: tenure replica status --db postgresql://app@db/prod",
+    "maintain": "example: tenure maintain --db postgresql://app@db/prod --task-age 7d --retention-every 60",
+    "schedule": "example: tenure schedule list --db postgresql://app@db/prod",
 }
-GROUPS = ("check-primary", "task", "claim", "batch", "replica")  # --db on their subcommands instead
+GROUPS = (
+    "check-primary",
+    "task",
+    "claim",
+    "batch",
+    "replica",
+    "schedule",
+)  # --db on their subcommands instead
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -94,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     batches.register(command)
     deploy.register(command)
     replicas.register(command)
+    maintain.register(command)
+    schedules.register(command)
     return parser
 
 

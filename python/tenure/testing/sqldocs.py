@@ -27,6 +27,9 @@ _AREA_TITLES = {
     "task": "Tasks",
     "claim": "Claims",
     "batch": "Batches (submission queue)",
+    "replica": "Replicas",
+    "schedule": "Schedules",
+    "cron": "Schedules: cron expressions",
 }
 
 _FUNCTIONS = """

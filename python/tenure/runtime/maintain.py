@@ -1,0 +1,442 @@
+"""The maintainer: one elected instance per database that ticks the schedules and runs
+retention; and the registry that declares schedules next to their processors.
+
+``Maintainer`` stands in tenure's own heartbeat election (an ``Elector`` of the service
+type ``tenure.maintain``). Only while it is primary, and each call bounded by what is
+left of the safe window (T - I since its last renewal was sent), it calls
+``schedule_tick()`` every ``tick_every`` seconds and, every ``retention_every``
+seconds, each prune function the database has, in bounded batches until one removes
+fewer rows than the limit. Ticks and retention run on threads and connections of their
+own, so a long backlog of history never delays a tick.
+
+Exactly one task per slot does not rest on the election: ``schedule_tick`` is
+idempotent per (schedule, slot) whoever calls it, however many at once. The election
+keeps the work in one place, and a standby takes over within T + I of a crash; with
+the catch-up policy ``'all'`` the slots missed meanwhile are created then.
+
+``schedule(...)`` decorates a processor with the schedule that feeds it; a
+``Schedules`` registry collects them, ``sync_schedules`` sets them in the database
+(idempotent: ``schedule_set`` keeps each schedule's progress), and
+``Schedules.processors()`` is the mapping a ``TaskWorker`` takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from types import ModuleType, TracebackType
+from typing import Any, Self
+
+import psycopg
+
+from tenure.connect import Deadlines, connect
+from tenure.driver import PRUNE_HISTORIES, Driver, ScheduleInfo
+from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.metrics import Metrics
+from tenure.runtime.heartbeat import Elector
+
+log = logging.getLogger(__name__)
+
+MAINTAIN_TYPE = "tenure.maintain"
+DAY = timedelta(days=1)
+
+
+# -- retention settings -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How old finished history must be before the maintainer removes it, and the batch size.
+
+    ``task``: finished tasks and their lease log; ``batch``: committed and skipped
+    batches; ``heartbeat``, ``claim``, ``replica``: ended terms, the claim log and
+    replica terms. Live state is never removed, whatever the age (the prune functions
+    decide what is finished).
+    """
+
+    task: timedelta = 7 * DAY
+    batch: timedelta = 7 * DAY
+    heartbeat: timedelta = 30 * DAY
+    claim: timedelta = 30 * DAY
+    replica: timedelta = 30 * DAY
+    limit: int = 10_000
+
+    def __post_init__(self) -> None:
+        for history in PRUNE_HISTORIES:
+            if self.age(history) < timedelta(0):
+                raise InvalidConfiguration(f"retention age of {history} must not be negative")
+        if not 1 <= self.limit <= 1_000_000:
+            raise InvalidConfiguration(f"retention batch limit must be 1 to 1,000,000, got {self.limit}")
+
+    def age(self, history: str) -> timedelta:
+        value: timedelta = getattr(self, history)
+        return value
+
+
+@dataclass
+class MaintainerStats:
+    """What this maintainer did (also in its metrics)."""
+
+    ticks: int = 0
+    tasks_created: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+    retention_runs: int = 0
+    failures: int = 0
+
+
+# -- the runtime ----------------------------------------------------------------------------
+
+
+class Maintainer:
+    """Ticks schedules and runs retention while elected; use as a context manager.
+
+    ``interval`` and ``timeout`` are the election's I and T (T > 2I). Leaving the
+    ``with`` block stops both jobs, then resigns, so a standby takes over at once.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        tick_every: float = 1.0,
+        retention_every: float = 60.0,
+        retention: Retention | None = None,
+        interval: float = 1.0,
+        timeout: float = 3.0,
+        name: str | None = None,
+        utype: str = MAINTAIN_TYPE,
+        metrics: Metrics | None = None,
+        on_elected: Callable[[int], None] | None = None,
+        on_demoted: Callable[[str], None] | None = None,
+    ) -> None:
+        if not tick_every > 0 or not retention_every > 0:
+            raise InvalidConfiguration(
+                f"tick_every and retention_every must be positive: {tick_every!r}, {retention_every!r}"
+            )
+        self.conninfo = conninfo
+        self.tick_every = tick_every
+        self.retention_every = retention_every
+        self.retention = retention or Retention()
+        self.metrics = metrics or Metrics()
+        self.elector = Elector(
+            conninfo,
+            utype,
+            interval=interval,
+            timeout=timeout,
+            name=name,
+            on_elected=on_elected,
+            on_demoted=on_demoted,
+            metrics=self.metrics,
+        )
+        self.name = self.elector.name
+        self.instance_id = self.elector.instance_id
+        self.stats = MaintainerStats()
+        self.prunable: list[str] | None = None  # detected once, at the first retention run
+        self._lock = threading.Lock()  # guards stats
+        self._stopping = threading.Event()
+        self._stopped = False
+        self._threads: list[threading.Thread] = []
+        self._deadlines = Deadlines(f"maintain {self.name}")
+
+    # -- what the application asks ---------------------------------------------------------
+
+    def is_primary(self) -> bool:
+        return self.elector.is_primary()
+
+    def wait_until_primary(self, timeout: float | None = None) -> bool:
+        return self.elector.wait_until_primary(timeout)
+
+    def snapshot(self) -> MaintainerStats:
+        with self._lock:
+            return replace(self.stats, pruned=dict(self.stats.pruned))
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        self.elector.start()
+        for job, every in (("tick", self.tick_every), ("retention", self.retention_every)):
+            thread = threading.Thread(
+                target=self._run, args=(job, every), name=f"tenure-maintain-{job}-{self.name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, *, grace: float | None = None) -> None:
+        """Stop both jobs (a call in progress ends within the safe window), then resign.
+
+        Stopping a stopped maintainer does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        self.elector.stop(resign=True, grace=grace)
+        self._deadlines.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- the jobs ------------------------------------------------------------------------------
+
+    def _run(self, job: str, every: float) -> None:
+        connection: psycopg.Connection[Any] | None = None
+        next_run = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                if self.elector.remaining() <= 0:
+                    # Standby: wait to be elected (or stopped), then run at once.
+                    self.elector.wait_until_primary(timeout=min(every, 0.5))
+                    next_run = min(next_run, time.monotonic())
+                    continue
+                if time.monotonic() < next_run:
+                    self._stopping.wait(min(next_run - time.monotonic(), 0.5))
+                    continue
+                try:
+                    if connection is None or connection.closed or connection.broken:
+                        if connection is not None:
+                            connection.close()
+                        connection = connect(
+                            self.conninfo,
+                            application_name=f"tenure maintain {job} {self.name}",
+                            deadline=self.elector.timing.safe_window,
+                        )
+                    if job == "tick":
+                        self._tick(connection)
+                    else:
+                        self._retain(connection)
+                except psycopg.Error as error:
+                    log.warning("%s: %s failed: %s", self.name, job, error)
+                    self._failed(job)
+                    if connection is not None:
+                        connection.close()
+                        connection = None
+                except Exception:
+                    log.exception("%s: %s failed", self.name, job)
+                    self._failed(job)
+                next_run = max(next_run + every, time.monotonic())
+        finally:
+            if connection is not None:
+                connection.close()
+
+    def _bounded(self, connection: psycopg.Connection[Any]) -> Any:
+        """A bound for one call: what is left of the safe window, or None when not primary."""
+        left = self.elector.remaining()
+        if left <= 0 or self._stopping.is_set():
+            return None
+        return self._deadlines.bounded(connection, left)
+
+    def _tick(self, connection: psycopg.Connection[Any]) -> None:
+        bound = self._bounded(connection)
+        if bound is None:
+            return
+        with bound:
+            created = Driver(connection).schedule_tick()
+        self.metrics.schedule_ticks.inc()
+        for slot in created:
+            self.metrics.schedule_tasks.labels(slot.name).inc()
+            log.info("%s: schedule %s slot %s -> task %s", self.name, slot.name, slot.slot, slot.task_id)
+        with self._lock:
+            self.stats.ticks += 1
+            self.stats.tasks_created += len(created)
+
+    def _retain(self, connection: psycopg.Connection[Any]) -> None:
+        driver = Driver(connection)
+        if self.prunable is None:
+            bound = self._bounded(connection)
+            if bound is None:
+                return
+            with bound:
+                found = driver.prunable_histories()
+            for history in PRUNE_HISTORIES:
+                if history not in found:
+                    log.warning(
+                        "%s: no tenure.%s_prune(interval, integer) this role may execute: "
+                        "the %s history is not pruned",
+                        self.name,
+                        history,
+                        history,
+                    )
+            self.prunable = found
+        for history in self.prunable:
+            age = self.retention.age(history)
+            while True:
+                bound = self._bounded(connection)
+                if bound is None:
+                    return  # no longer primary: the next run goes on
+                with bound:
+                    removed = driver.prune(history, older_than=age, limit=self.retention.limit)
+                if removed:
+                    self.metrics.rows_pruned.labels(history).inc(removed)
+                with self._lock:
+                    self.stats.pruned[history] = self.stats.pruned.get(history, 0) + removed
+                if removed < self.retention.limit:
+                    break
+        with self._lock:
+            self.stats.retention_runs += 1
+
+    def _failed(self, job: str) -> None:
+        self.metrics.maintain_failures.labels(job).inc()
+        with self._lock:
+            self.stats.failures += 1
+
+
+# -- schedules declared in Python -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule as ``schedule(...)`` declares it: the arguments of ``schedule_set``."""
+
+    name: str
+    kind: str
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str = "UTC"
+    data: Any = None
+    max_attempts: int = 5
+    catch_up: str = "latest"
+    catch_up_limit: int = 10
+
+    def set(self, driver: Driver) -> ScheduleInfo:
+        return driver.schedule_set(
+            self.name,
+            self.kind,
+            cron=self.cron,
+            every=self.every,
+            timezone=self.timezone,
+            data=self.data,
+            max_attempts=self.max_attempts,
+            catch_up=self.catch_up,
+            catch_up_limit=self.catch_up_limit,
+        )
+
+
+SPEC_ATTRIBUTE = "tenure_schedule"
+F = Callable[..., Any]
+
+
+def schedule(
+    cron: str | None = None,
+    *,
+    every: timedelta | float | None = None,
+    tz: str = "UTC",
+    name: str | None = None,
+    kind: str | None = None,
+    data: Any = None,
+    max_attempts: int = 5,
+    catch_up: str = "latest",
+    catch_up_limit: int = 10,
+) -> Callable[[F], F]:
+    """Declare the schedule that feeds a processor: ``@schedule("0 3 * * *", tz="Europe/Zurich")``
+    or ``@schedule(every=10)``. The name and the kind default to the function's name.
+
+    It returns the function unchanged, with a :class:`ScheduleSpec` attached; a
+    :class:`Schedules` registry collects them. The database checks the expression and
+    the zone when the schedule is set (``sync_schedules``).
+    """
+    if (cron is None) == (every is None):
+        raise InvalidArgument("a schedule takes exactly one of a cron expression and every=")
+    interval = every if every is None or isinstance(every, timedelta) else timedelta(seconds=every)
+
+    def decorate(function: F) -> F:
+        function_name = getattr(function, "__name__", None)
+        if not (name or kind) and not function_name:
+            raise InvalidArgument(f"{function!r} has no __name__: give the schedule a name and a kind")
+        spec = ScheduleSpec(
+            name=name or str(function_name),
+            kind=kind or str(function_name),
+            cron=cron,
+            every=interval,
+            timezone=tz,
+            data=data,
+            max_attempts=max_attempts,
+            catch_up=catch_up,
+            catch_up_limit=catch_up_limit,
+        )
+        setattr(function, SPEC_ATTRIBUTE, spec)
+        return function
+
+    return decorate
+
+
+class Schedules:
+    """A registry of scheduled processors: ``Schedules(fn, ...)``, ``Schedules.of(module)``,
+    or ``@registry.schedule(...)`` to declare and register in one step."""
+
+    def __init__(self, *functions: F) -> None:
+        self._entries: dict[str, tuple[ScheduleSpec, F]] = {}
+        for function in functions:
+            self.add(function)
+
+    @classmethod
+    def of(cls, *modules: ModuleType) -> Schedules:
+        """Every function a ``@schedule`` decorated in the modules' namespaces."""
+        found = [
+            value
+            for module in modules
+            for value in vars(module).values()
+            if callable(value) and isinstance(getattr(value, SPEC_ATTRIBUTE, None), ScheduleSpec)
+        ]
+        return cls(*found)
+
+    def add(self, function: F) -> F:
+        spec = getattr(function, SPEC_ATTRIBUTE, None)
+        if not isinstance(spec, ScheduleSpec):
+            raise InvalidArgument(f"{function!r} carries no @schedule")
+        known = self._entries.get(spec.name)
+        if known is not None and known[1] is not function:
+            raise InvalidArgument(f"two functions declare the schedule {spec.name!r}")
+        clash = [s.name for s, f in self._entries.values() if s.kind == spec.kind and f is not function]
+        if clash:
+            raise InvalidArgument(
+                f"the kind {spec.kind!r} of schedule {spec.name!r} is already processed by "
+                f"another function (schedule {clash[0]!r})"
+            )
+        self._entries[spec.name] = (spec, function)
+        return function
+
+    def schedule(self, cron: str | None = None, **options: Any) -> Callable[[F], F]:
+        """``schedule(...)`` that also registers the function here."""
+
+        def decorate(function: F) -> F:
+            return self.add(schedule(cron, **options)(function))
+
+        return decorate
+
+    @property
+    def specs(self) -> list[ScheduleSpec]:
+        return [spec for spec, _ in sorted(self._entries.values(), key=lambda e: e[0].name)]
+
+    def processors(self) -> dict[str | tuple[str, str], Callable[..., Any]]:
+        """kind -> processor: the mapping ``TaskWorker(processors=...)`` takes (merge with others)."""
+        return {spec.kind: function for spec, function in self._entries.values()}
+
+    def sync(self, driver: Driver) -> list[ScheduleInfo]:
+        return sync_schedules(driver, self)
+
+
+def sync_schedules(
+    driver: Driver, schedules: Schedules | Iterable[F] | Mapping[str, F]
+) -> list[ScheduleInfo]:
+    """Set every declared schedule in the database (``schedule_set``, one call each).
+
+    Idempotent: an unchanged schedule keeps its next slot and its pause; a changed
+    expression, interval or zone starts again at its first slot after now. Schedules
+    that are in the database but not declared here are left alone.
+    """
+    if not isinstance(schedules, Schedules):
+        values = schedules.values() if isinstance(schedules, Mapping) else schedules
+        schedules = Schedules(*values)
+    return [spec.set(driver) for spec in schedules.specs]
