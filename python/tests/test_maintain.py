@@ -137,7 +137,8 @@ PRUNE_STUB = """
 CREATE TABLE public.prune_rows (id serial PRIMARY KEY);
 CREATE TABLE public.prune_calls (
     at timestamptz DEFAULT clock_timestamp(), app text, older_than interval, lim integer, removed bigint);
-CREATE OR REPLACE FUNCTION tenure.task_prune(p_older_than interval, p_limit integer)
+DROP FUNCTION IF EXISTS tenure.task_prune(interval, integer);
+CREATE FUNCTION tenure.task_prune(p_older_than interval, p_limit integer)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 DECLARE v_removed bigint;
 BEGIN
