@@ -360,8 +360,8 @@ def verify(admin: psycopg.Connection[Any], log: SoakLog) -> list[str]:
     """What the database shows against the clients' log; an empty list when all holds.
 
     A task or batch that is gone must have been finished (completed by the processor,
-    submitted to the ledger) and enqueued before the last age cut (end - age); a type with a
-    live primary keeps its current term; a held claim keeps its log entry."""
+    submitted to the ledger) and enqueued before the last age cut (end - age); every service
+    type keeps its current term, live or resigned; a held claim keeps its log entry."""
     problems = []
     cut = log.end - log.age
     present = {
@@ -385,7 +385,7 @@ def verify(admin: psycopg.Connection[Any], log: SoakLog) -> list[str]:
         problems.append(f"{len(late)} batches gone that were enqueued after the last age cut")
     lost_terms = scalar(
         admin,
-        "SELECT count(*) FROM tenure.heartbeat h WHERE h.instance_id IS NOT NULL AND NOT EXISTS"
+        "SELECT count(*) FROM tenure.heartbeat h WHERE NOT EXISTS"
         " (SELECT FROM tenure.heartbeat_term t WHERE t.utype = h.utype AND t.term = h.term)",
     )
     if lost_terms:
