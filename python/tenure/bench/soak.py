@@ -61,6 +61,7 @@ SCHEDULE_NAME, SCHEDULE_KIND = SOAK, "soak-every"
 TABLES = ("task", "task_lease_log", "heartbeat_term", "claim_log", "batch", "batch_tombstone")
 TASKS_PER_SECOND, BATCHES_PER_SECOND = 40, 10
 ELECTORS, CLAIMERS, CLAIM_KEYS, QUEUE_KEYS = 3, 3, 12, 8
+Samples = list[tuple[float, dict[str, tuple[int, int]]]]  # (seconds since the start, table -> (rows, bytes))
 CHURN_EVERY = 2.0  # seconds between restarts of the primary elector (and of a claimer, every other)
 
 
@@ -155,14 +156,14 @@ def soak(
 ) -> SoakLog:
     age = default_age(seconds) if age is None else age
     every = retention_every(age)
-    sample_every = max(1.0, min(5.0, seconds / 60))
+    sample_every = max(0.5, min(5.0, seconds / 60, every / 2))  # several samples per retention run
     print(
         f"  retention soak: {seconds:.0f} s; {ELECTORS} electors (I 0.2 s, T 0.6 s), the primary restarted"
         f" every {CHURN_EVERY:.0f} s; {TASKS_PER_SECOND} tasks/s and a schedule every 1 s through one task"
         f" worker; {CLAIMERS} claimers on {CLAIM_KEYS} keys, one replaced every {2 * CHURN_EVERY:.0f} s;"
         f" {BATCHES_PER_SECOND} batches/s on {QUEUE_KEYS} keys through a submission pool; two maintainers,"
         f" every history's age {age:.0f} s, retention every {every:.0f} s; rows and sizes every"
-        f" {sample_every:.0f} s (whole tables, with indexes)",
+        f" {sample_every:.1f} s (whole tables, with indexes)",
         flush=True,
     )
     soak_clean(admin)
@@ -264,7 +265,7 @@ def soak(
         Repeating("batches", 1 / BATCHES_PER_SECOND, enqueue_batches, stopping),
         Repeating("churn", CHURN_EVERY, churn, stopping),
     ]
-    samples: list[tuple[float, dict[str, tuple[int, int]]]] = []
+    samples: Samples = []
     start = time.monotonic()
     try:
         for maintainer in maintainers:
@@ -300,7 +301,7 @@ def soak(
     for maintainer in maintainers:
         stats = maintainer.snapshot()
         log.maintainers.append({"name": maintainer.name, **asdict(stats)})
-    report(samples, log, age=age, seconds=seconds)
+    report(samples, log, age=age, every=every, seconds=seconds)
     problems = verify(admin, log)
     print(
         "    checked against the clients' log: "
@@ -313,21 +314,28 @@ def soak(
     return log
 
 
-def at(
-    samples: list[tuple[float, dict[str, tuple[int, int]]]], moment: float
-) -> tuple[float, dict[str, tuple[int, int]]]:
-    """The first sample at or after ``moment`` (the last one if none)."""
-    return next((s for s in samples if s[0] >= moment), samples[-1])
+def peak(samples: Samples, start: float, end: float) -> tuple[float, dict[str, tuple[int, int]]]:
+    """The most rows and the largest size of each table over the samples from ``start`` to
+    ``end`` (at least the first sample after ``start``), stamped with the last one's time.
+    Rows climb between two retention runs and drop at each: a window of two retention periods
+    holds one peak whatever the phase of the sampling, so two windows compare like with like."""
+    window = [s for s in samples if start <= s[0] <= end] or [
+        next((s for s in samples if s[0] >= start), samples[-1])
+    ]
+    return window[-1][0], {
+        table: (max(s[table][0] for _, s in window), max(s[table][1] for _, s in window)) for table in TABLES
+    }
 
 
 def mib(size: int) -> str:
     return f"{size / 2**20:.2f} MiB"
 
 
-def report(
-    samples: list[tuple[float, dict[str, tuple[int, int]]]], log: SoakLog, *, age: float, seconds: float
-) -> None:
-    warm, middle, end = at(samples, age), at(samples, seconds / 2), samples[-1]
+def report(samples: Samples, log: SoakLog, *, age: float, every: float, seconds: float) -> None:
+    window = 2 * every
+    warm = peak(samples, age, age + window)
+    middle = peak(samples, seconds / 2 - window, seconds / 2)
+    end = peak(samples, samples[-1][0] - window, samples[-1][0])
     print(
         f"    {'table':<16}"
         + "".join(
@@ -335,6 +343,10 @@ def report(
             for label, s in (("warm-up", warm), ("middle", middle), ("end", end))
         )
         + "   end/middle rows  size"
+    )
+    print(
+        f"    (the most rows and the largest size over the {window:.0f} s up to each point:"
+        " 2 retention periods)"
     )
     for table in TABLES:
         cells = "".join(f" {s[1][table][0]:>10,} {mib(s[1][table][1]):>13}" for s in (warm, middle, end))
@@ -400,9 +412,7 @@ def verify(admin: psycopg.Connection[Any], log: SoakLog) -> list[str]:
     return problems
 
 
-def rows_picture(
-    path: Path, samples: list[tuple[float, dict[str, tuple[int, int]]]], *, age: float
-) -> Path | None:
+def rows_picture(path: Path, samples: Samples, *, age: float) -> Path | None:
     plt = plots._pyplot(sys.stdout)
     if plt is None or len(samples) < 2:
         return None
