@@ -70,6 +70,8 @@ def test_soak_prunes_finished_history_and_nothing_live(admin_conninfo: str) -> N
     found = re.search(r"soak log: (\S+\.json)", result.stdout)
     assert found is not None, output
     log = SoakLog.read(Path(found.group(1)))
+    picture = re.search(r"picture: (\S+soak\.png)", result.stdout)
+    assert picture is not None and Path(picture.group(1)).stat().st_size > 0, output
     assert log.tasks and log.batches and log.completed and log.submitted, output
     assert sum(m["pruned"].get("task", 0) for m in log.maintainers) > 0, output
     assert sum(m["retention_runs"] for m in log.maintainers) > 0, output
