@@ -156,14 +156,17 @@ def soak(
 ) -> SoakLog:
     age = default_age(seconds) if age is None else age
     every = retention_every(age)
-    sample_every = max(0.5, min(5.0, seconds / 60, every / 2))  # several samples per retention run
+    # Several samples per retention run, at a period that does not divide it: samples in step
+    # with the runs would always see the same phase of the sawtooth (a 300 s run never saw
+    # a peak at 2.5 s against 5 s).
+    sample_every = max(0.3, min(5.0, seconds / 60, every * 0.37))
     print(
         f"  retention soak: {seconds:.0f} s; {ELECTORS} electors (I 0.2 s, T 0.6 s), the primary restarted"
         f" every {CHURN_EVERY:.0f} s; {TASKS_PER_SECOND} tasks/s and a schedule every 1 s through one task"
         f" worker; {CLAIMERS} claimers on {CLAIM_KEYS} keys, one replaced every {2 * CHURN_EVERY:.0f} s;"
         f" {BATCHES_PER_SECOND} batches/s on {QUEUE_KEYS} keys through a submission pool; two maintainers,"
         f" every history's age {age:.0f} s, retention every {every:.0f} s; rows and sizes every"
-        f" {sample_every:.1f} s (whole tables, with indexes)",
+        f" {sample_every:.2f} s (whole tables, with indexes)",
         flush=True,
     )
     soak_clean(admin)
