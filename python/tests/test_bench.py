@@ -16,6 +16,7 @@ import pytest
 
 from tenure.bench import SECTIONS
 from tenure.bench.peers import PEER_SCHEMAS, PGQUEUER_BATCHES, default_peers_python, rate_between
+from tenure.bench.soak import UTYPE, SoakLog, verify
 from tenure.testing import procs
 
 SMALL = [
@@ -26,7 +27,8 @@ SMALL = [
     "--queue-keys", "2", "--queue-batches", "16", "--replica-trials", "1",
 ]  # fmt: skip
 
-EXCEPT_PEERS = ",".join(section for section in SECTIONS if section != "peers")  # its own test below
+# peers and soak have their own tests below
+EXCEPT_PEERS = ",".join(section for section in SECTIONS if section not in ("peers", "soak"))
 
 
 @pytest.mark.timeout(600)
@@ -46,6 +48,60 @@ def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
         "logs: ",
     ):
         assert shown in result.stdout, f"no {shown!r} in:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.mark.timeout(300)
+def test_soak_prunes_finished_history_and_nothing_live(admin_conninfo: str) -> None:
+    """A 15 s soak with a 3 s age: the maintainer prunes finished tasks, and the database,
+    checked against the clients' own log, lost nothing that was live or too young."""
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "soak"),
+            *("--soak-seconds", "15", "--soak-age", "3"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    for shown in ("warm-up", "end/middle", "maintainers that acted", "nothing live was pruned"):
+        assert shown in result.stdout, f"no {shown!r} in:\n{output}"
+    found = re.search(r"soak log: (\S+\.json)", result.stdout)
+    assert found is not None, output
+    log = SoakLog.read(Path(found.group(1)))
+    picture = re.search(r"picture: (\S+soak\.png)", result.stdout)
+    assert picture is not None and Path(picture.group(1)).stat().st_size > 0, output
+    assert log.tasks and log.batches and log.completed and log.submitted, output
+    assert sum(m["pruned"].get("task", 0) for m in log.maintainers) > 0, output
+    assert sum(m["retention_runs"] for m in log.maintainers) > 0, output
+    with psycopg.connect(admin_conninfo) as check:
+        assert verify(check, log) == [], output
+        # The same, spelled out for the tasks: one that is gone was completed, and enqueued
+        # (server clock) at least the age before the end; every younger one is still there.
+        rows = check.execute(
+            "SELECT id::text, status FROM tenure.task WHERE id = ANY(%s::uuid[])", (list(log.tasks),)
+        )
+        present: dict[str, str] = dict(rows.fetchall())
+        gone = set(log.tasks) - set(present)
+        assert gone, "the maintainer pruned none of the soak's tasks"
+        assert gone <= set(log.completed), output
+        assert all(log.tasks[task] <= log.end - log.age for task in gone), output
+        assert all(present[task] == "pending" for task in set(log.tasks) - set(log.completed)), output
+        # Every batch never submitted is still there, unsettled (queued, or selected when the pool stopped).
+        rows = check.execute(
+            "SELECT id::text, status FROM tenure.batch WHERE id = ANY(%s::uuid[])", (list(log.batches),)
+        )
+        batches: dict[str, str] = dict(rows.fetchall())
+        unsent = set(log.batches) - set(log.submitted)
+        assert all(batches.get(batch) in ("queued", "pending") for batch in unsent), output
+        # The electors' service type keeps its current term.
+        term = check.execute(
+            "SELECT count(*) FROM tenure.heartbeat h JOIN tenure.heartbeat_term t USING (utype, term)"
+            " WHERE h.utype = %s",
+            (UTYPE,),
+        ).fetchone()
+        assert term == (1,), output
 
 
 def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:

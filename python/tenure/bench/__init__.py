@@ -28,6 +28,9 @@
 10. Peers: tenure's task workers, pgqueuer (asyncpg and psycopg) and procrastinate each
    draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
    (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
+11. The retention soak: electors, a task worker, claimers and a submission queue under steady
+   churn with two maintainers pruning every history; rows and sizes per table at the warm-up,
+   the middle and the end, and the growth from the middle to the end (:mod:`tenure.bench.soak`).
 """
 
 from __future__ import annotations
@@ -44,9 +47,21 @@ from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
 from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
+from tenure.bench.soak import soak
 from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, task_throughput, wake_latency
 
-SECTIONS = ("heartbeat", "takeover", "tasks", "enqueue", "wake", "claims", "queue", "replicas", "peers")
+SECTIONS = (
+    "heartbeat",
+    "takeover",
+    "tasks",
+    "enqueue",
+    "wake",
+    "claims",
+    "queue",
+    "replicas",
+    "peers",
+    "soak",
+)
 
 
 def run_bench(
@@ -70,6 +85,8 @@ def run_bench(
     peer_jobs: int = 20_000,
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
+    soak_seconds: float = 1800.0,
+    soak_age: float | None = None,
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -135,6 +152,9 @@ def run_bench(
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
+    if "soak" in sections:
+        with psycopg.connect(admin_conninfo, autocommit=True) as admin:
+            soak(admin, admin_conninfo, seconds=soak_seconds, age=soak_age, workdir=workdir)
     print(f"  logs: {workdir}")
     return 0
 
@@ -266,12 +286,25 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="the interpreter of the peers' virtual environment ($TENURE_PEERS_PYTHON, else .venv-peers)",
     )
+    parser.add_argument(
+        "--soak-seconds", type=float, default=1800.0, help="length of the retention soak (1800)"
+    )
+    parser.add_argument(
+        "--soak-age",
+        type=float,
+        default=None,
+        help="retention age of every history during the soak, in seconds (a tenth of the soak, at least 5)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.soak_seconds < 10 or (
+        args.soak_age is not None and not 1 <= args.soak_age <= args.soak_seconds / 2
+    ):
+        parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -294,4 +327,6 @@ def main(argv: list[str] | None = None) -> int:
         peer_jobs=args.peer_jobs,
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
+        soak_seconds=args.soak_seconds,
+        soak_age=args.soak_age,
     )
