@@ -5,7 +5,8 @@
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
-#             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers")
+#             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
+#             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600")
 # Each installs what it needs first (Debian packages as root, Python packages in .venv,
 # the peers of the bench in .venv-peers).
 
