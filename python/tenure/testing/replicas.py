@@ -11,6 +11,7 @@ with the replica's name, its epoch, the backend pid and the server's time.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -180,8 +181,9 @@ class Client:
                 status, body = response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             status = error.code
-        except (OSError, ValueError):
-            status = 0
+        except (OSError, ValueError, http.client.HTTPException):
+            # no answer, or one cut off by the kill (IncompleteRead): not acknowledged
+            status, body = 0, {}
         return Answer(sent, time.monotonic(), status, request_id, body.get("replica"), body.get("epoch"))
 
     def _run(self) -> None:
