@@ -939,20 +939,17 @@ BEGIN
         SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
           FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
         GET DIAGNOSTICS v_leased = ROW_COUNT;
-        IF p_wait IS NULL THEN
-            NULL;
-        ELSIF v_leased < p_limit THEN
+        IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
             RETURN QUERY
             SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
               FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l;
             GET DIAGNOSTICS v_second = ROW_COUNT;
-            IF v_leased + v_second = p_limit THEN
-                DELETE FROM tenure.task_waiter WHERE owner = p_owner;
-            END IF;
-        ELSE
-            DELETE FROM tenure.task_waiter WHERE owner = p_owner;
+            v_leased := v_leased + v_second;
+        END IF;
+        IF p_wait IS NOT NULL AND v_leased = p_limit THEN
+            DELETE FROM tenure.task_waiter WHERE owner = p_owner;  -- every slot filled: no longer waiting
         END IF;
     END IF;
     IF v_wake IS NOT NULL THEN
