@@ -1014,12 +1014,14 @@ class Driver:
         """``tenure.<history>_prune(older_than, limit)``: rows removed, at most ``limit``."""
         if history not in PRUNE_HISTORIES:
             raise ValueError(f"no prune function for {history!r}; choose from {PRUNE_HISTORIES}")
-        query = sql.SQL("SELECT tenure.{}(%s, %s)").format(sql.Identifier(f"{history}_prune"))
-        with self._committed(), _translated(), self.connection.cursor() as cursor:
-            cursor.execute(query, (_seconds(older_than), limit))
-            row = cursor.fetchone()
-            assert row is not None
-            return int(row[0])
+        prune = {
+            "task": self.task_prune,
+            "batch": self.batch_prune,
+            "heartbeat": self.heartbeat_prune,
+            "claim": self.claim_prune,
+            "replica": self.replica_prune,
+        }[history]
+        return prune(older_than=older_than, limit=limit)
 
     def set_idle_session_timeout(self, seconds: float) -> None:
         """Have the server end this session after ``seconds`` without a statement (0: never)."""
