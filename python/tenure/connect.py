@@ -104,7 +104,7 @@ def refused_startup_parameter(error: psycopg.OperationalError) -> None:
         ) from error
 
 
-def watch_commits(connection: psycopg.Connection[Any]) -> None:
+def watch_commits(connection: psycopg.BaseConnection[Any]) -> None:
     """Remember, on ``connection``, every commit the server could not confirm (once per connection)."""
     if hasattr(connection, _UNCONFIRMED):
         return
@@ -117,7 +117,7 @@ def watch_commits(connection: psycopg.Connection[Any]) -> None:
     connection.add_notice_handler(on_notice)
 
 
-def forget_unconfirmed(connection: psycopg.Connection[Any]) -> None:
+def forget_unconfirmed(connection: psycopg.BaseConnection[Any]) -> None:
     """Start counting from now (before a call or a transaction whose commit is checked)."""
     watch_commits(connection)
     getattr(connection, _UNCONFIRMED).clear()
@@ -126,13 +126,31 @@ def forget_unconfirmed(connection: psycopg.Connection[Any]) -> None:
 def confirm_commit(connection: psycopg.Connection[Any]) -> None:
     """Raise CommitNotConfirmed, and close ``connection``, if a commit since
     :func:`forget_unconfirmed` was not confirmed by the synchronous standbys."""
+    message = _take_unconfirmed(connection)
+    if message is not None:
+        connection.close()
+        raise _not_confirmed(message)
+
+
+async def aconfirm_commit(connection: psycopg.AsyncConnection[Any]) -> None:
+    """:func:`confirm_commit` for an async connection."""
+    message = _take_unconfirmed(connection)
+    if message is not None:
+        await connection.close()
+        raise _not_confirmed(message)
+
+
+def _take_unconfirmed(connection: psycopg.BaseConnection[Any]) -> str | None:
     unconfirmed = getattr(connection, _UNCONFIRMED, None)
     if not unconfirmed:
-        return
-    message = unconfirmed[0]
+        return None
+    message: str = unconfirmed[0]
     unconfirmed.clear()
-    connection.close()
-    raise CommitNotConfirmed(
+    return message
+
+
+def _not_confirmed(message: str) -> CommitNotConfirmed:
+    return CommitNotConfirmed(
         "the commit was not confirmed: the server committed locally but its wait for the synchronous "
         "standby was cancelled, so a failover may lose it",
         detail=f"The server said: {message}.",

@@ -9,22 +9,24 @@ connection, so an application can fence its own writes in the same transaction.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import RowFactory, class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from tenure.connect import confirm_commit, forget_unconfirmed
+from tenure.connect import aconfirm_commit, confirm_commit, forget_unconfirmed
 from tenure.errors import from_psycopg
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -361,42 +363,76 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
 PRUNE_HISTORIES = ("task", "batch", "heartbeat", "claim", "replica")
 
 
-class Driver:
-    """Calls tenure's SQL functions on one psycopg connection."""
+Params = Sequence[object] | dict[str, object]
+Statement = str | sql.SQL | sql.Composed
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
-        self.connection = connection
 
-    def _rows(self, row_type: type[T], query: str, params: Sequence[object] | dict[str, object]) -> list[T]:
-        rows = class_row(row_type)
-        with self._committed(), _translated(), self.connection.cursor(row_factory=rows) as cursor:
-            cursor.execute(query, params)
-            return cursor.fetchall()
+class Query:
+    """One statement an operation asks its runner to execute; the answer is every row,
+    made by ``rows`` (a psycopg row factory)."""
 
-    def _scalar(self, query: str, params: Sequence[object]) -> Any:
-        with self._committed(), _translated(), self.connection.cursor() as cursor:
-            cursor.execute(query, params)
-            row = cursor.fetchone()
-            assert row is not None
-            return row[0]
+    __slots__ = ("params", "rows", "statement")
 
-    @contextmanager
-    def _committed(self) -> Iterator[None]:
-        """On an autocommit connection each call commits: raise CommitNotConfirmed if that
-        commit was not confirmed by the synchronous standbys. (In a transaction, the caller
-        checks its own commit: :func:`tenure.connect.durable_transaction`.)"""
-        if not self.connection.autocommit:
-            yield
-            return
-        forget_unconfirmed(self.connection)
-        yield
-        confirm_commit(self.connection)
+    def __init__(self, statement: Statement, params: Params, rows: RowFactory[Any]) -> None:
+        self.statement, self.params, self.rows = statement, params, rows
 
-    def server_time(self) -> datetime:
+
+# An operation: a generator that yields the statements it needs, receives each one's rows,
+# and returns its result. Written once, it runs on a Connection (Driver.run) or on an
+# AsyncConnection (AsyncDriver.run); runtimes compose operations into their cycles with
+# ``yield from``, so that each decision is written once for both.
+Op = Generator[Query, list[Any], T]
+
+
+def _rows(row_type: type[T], statement: str, params: Params) -> Op[list[T]]:
+    return (yield Query(statement, params, class_row(row_type)))
+
+
+def _scalar(statement: Statement, params: Params) -> Op[Any]:
+    rows = yield Query(statement, params, tuple_row)
+    return rows[0][0]
+
+
+class operation(Generic[P, T]):
+    """A driver method written once as an operation: on a :class:`Driver` it runs at once
+    and returns the result; on an :class:`AsyncDriver` it is a coroutine; on
+    :data:`OPS` it returns the operation itself, to compose with ``yield from``."""
+
+    def __init__(self, body: Callable[Concatenate[Any, P], Op[T]]) -> None:
+        self.body = body
+        functools.update_wrapper(self, body)  # type: ignore[arg-type]
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
+    @overload
+    def __get__(self, instance: AsyncDriver, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, instance: Driver, owner: type[Any]) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, instance: Operations, owner: type[Any]) -> Callable[P, Op[T]]: ...
+    def __get__(self, instance: Operations | None, owner: type[Any]) -> Any:
+        if instance is None:
+            return self
+        return instance._bind(self.body)
+
+    def __call__(self, instance: Operations, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Called on the class, as ``Driver.task_cycle(driver, ...)``, like a plain method."""
+        return instance._bind(self.body)(*args, **kwargs)
+
+
+class Operations:
+    """Every public SQL function of schema ``tenure`` as an operation; see :class:`Driver`."""
+
+    def _bind(self, body: Callable[..., Op[T]]) -> Callable[..., Any]:
+        return functools.partial(body, self)
+
+    @operation
+    def server_time(self) -> Op[datetime]:
         """The database's clock (the start of the current transaction, if one is open)."""
-        return self._scalar("SELECT now()", ())  # type: ignore[no-any-return]
+        return (yield from _scalar("SELECT now()", ()))  # type: ignore[no-any-return]
 
-    def view_rows(self, view: str) -> list[dict[str, Any]]:
+    @operation
+    def view_rows(self, view: str) -> Op[list[dict[str, Any]]]:
         """Every row of one of tenure's operator views, in the order of its leading columns."""
         if view not in OPERATOR_VIEWS:
             raise ValueError(
@@ -405,10 +441,9 @@ class Driver:
         query = sql.SQL("SELECT * FROM tenure.{} ORDER BY {}").format(
             sql.Identifier(view), sql.SQL(", ").join(sql.Identifier(c) for c in OPERATOR_VIEWS[view])
         )
-        with _translated(), self.connection.cursor(row_factory=dict_row) as cursor:
-            cursor.execute(query)
-            return cursor.fetchall()
+        return (yield Query(query, (), dict_row))
 
+    @operation
     def update_heartbeat(
         self,
         instance_id: UUID,
@@ -416,50 +451,59 @@ class Driver:
         *,
         timeout: timedelta | float,
         interval: timedelta | float | None = None,
-    ) -> PrimaryEntry:
+    ) -> Op[PrimaryEntry]:
         """Heartbeat as a candidate for primary; returns who is primary now, with the term."""
-        rows = self._rows(
+        rows = yield from _rows(
             PrimaryEntry,
             "SELECT * FROM tenure.update_heartbeat(%s, %s, %s, %s)",
             (instance_id, utype, _seconds(timeout), _seconds(interval)),
         )
         return rows[0]
 
-    def get_primary(self, utype: str) -> PrimaryEntry | None:
+    @operation
+    def get_primary(self, utype: str) -> Op[PrimaryEntry | None]:
         """The live primary of ``utype``, or None when there is none."""
-        rows = self._rows(PrimaryEntry, "SELECT * FROM tenure.get_primary(%s)", (utype,))
+        rows = yield from _rows(PrimaryEntry, "SELECT * FROM tenure.get_primary(%s)", (utype,))
         return rows[0] if rows else None
 
-    def check_primary(self, instance_id: UUID, utype: str) -> bool:
+    @operation
+    def check_primary(self, instance_id: UUID, utype: str) -> Op[bool]:
         """True only if ``instance_id`` is the live primary of ``utype``."""
-        return bool(self._scalar("SELECT tenure.check_primary(%s, %s)", (instance_id, utype)))
+        return bool((yield from _scalar("SELECT tenure.check_primary(%s, %s)", (instance_id, utype))))
 
-    def heartbeat_resign(self, instance_id: UUID, utype: str) -> bool:
+    @operation
+    def heartbeat_resign(self, instance_id: UUID, utype: str) -> Op[bool]:
         """Give up primacy at once; True if the instance was the live primary."""
-        return bool(self._scalar("SELECT tenure.heartbeat_resign(%s, %s)", (instance_id, utype)))
+        return bool((yield from _scalar("SELECT tenure.heartbeat_resign(%s, %s)", (instance_id, utype))))
 
-    def heartbeat_fence(self, instance_id: UUID, utype: str, term: int) -> None:
+    @operation
+    def heartbeat_fence(self, instance_id: UUID, utype: str, term: int) -> Op[None]:
         """Raise NotPrimary unless the instance is the live primary in ``term``.
 
         Call it inside the transaction of the write it guards.
         """
-        self._scalar("SELECT tenure.heartbeat_fence(%s, %s, %s)", (instance_id, utype, term))
+        (yield from _scalar("SELECT tenure.heartbeat_fence(%s, %s, %s)", (instance_id, utype, term)))
 
-    def heartbeat_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+    @operation
+    def heartbeat_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> Op[int]:
         """Retention: delete at most ``limit`` ended terms older than ``older_than``, oldest first.
 
         Never the current term of a service type, never a heartbeat entry.
 
         Returns how many were deleted: call again while it returns ``limit``.
         """
-        return int(self._scalar("SELECT tenure.heartbeat_prune(%s, %s)", (_seconds(older_than), limit)))
+        return int(
+            (yield from _scalar("SELECT tenure.heartbeat_prune(%s, %s)", (_seconds(older_than), limit)))
+        )
 
-    def heartbeat_status(self) -> list[HeartbeatStatus]:
+    @operation
+    def heartbeat_status(self) -> Op[list[HeartbeatStatus]]:
         """Every service type: primary, term, last heartbeat and its age, liveness."""
-        return self._rows(HeartbeatStatus, "SELECT * FROM tenure.heartbeat_status ORDER BY utype", ())
+        return (yield from _rows(HeartbeatStatus, "SELECT * FROM tenure.heartbeat_status ORDER BY utype", ()))
 
     # -- tasks ---------------------------------------------------------------------
 
+    @operation
     def task_enqueue(
         self,
         kind: str,
@@ -470,15 +514,16 @@ class Driver:
         id: UUID | None = None,
         idempotency_key: str | None = None,
         max_attempts: int = 5,
-    ) -> TaskEnqueued:
-        rows = self._rows(
+    ) -> Op[TaskEnqueued]:
+        rows = yield from _rows(
             TaskEnqueued,
             "SELECT * FROM tenure.task_enqueue(%s, coalesce(%s, '{}'::jsonb), %s, %s, %s, %s, %s)",
             (kind, _json(data), state, _seconds(delay), id, idempotency_key, max_attempts),
         )
         return rows[0]
 
-    def task_enqueue_many(self, tasks: Sequence[dict[str, Any]]) -> list[TaskEnqueued]:
+    @operation
+    def task_enqueue_many(self, tasks: Sequence[dict[str, Any]]) -> Op[list[TaskEnqueued]]:
         """Enqueue many in one call; each dict has the keys of task_enqueue (``delay`` in seconds or text)."""
         payload = [
             {**task, "delay": f"{task['delay']} seconds"}
@@ -486,17 +531,23 @@ class Driver:
             else task
             for task in tasks
         ]
-        return self._rows(TaskEnqueued, "SELECT * FROM tenure.task_enqueue_many(%s)", (Jsonb(payload),))
-
-    def task_acquire(
-        self, owner: UUID, *, lease: timedelta | float, limit: int = 1, kinds: Sequence[str] | None = None
-    ) -> list[TaskLease]:
-        return self._rows(
-            TaskLease,
-            "SELECT * FROM tenure.task_acquire(%s, %s, %s, %s)",
-            (owner, _seconds(lease), limit, None if kinds is None else list(kinds)),
+        return (
+            yield from _rows(TaskEnqueued, "SELECT * FROM tenure.task_enqueue_many(%s)", (Jsonb(payload),))
         )
 
+    @operation
+    def task_acquire(
+        self, owner: UUID, *, lease: timedelta | float, limit: int = 1, kinds: Sequence[str] | None = None
+    ) -> Op[list[TaskLease]]:
+        return (
+            yield from _rows(
+                TaskLease,
+                "SELECT * FROM tenure.task_acquire(%s, %s, %s, %s)",
+                (owner, _seconds(lease), limit, None if kinds is None else list(kinds)),
+            )
+        )
+
+    @operation
     def task_cycle(
         self,
         owner: UUID,
@@ -506,7 +557,7 @@ class Driver:
         kinds: Sequence[str] | None = None,
         outcomes: Sequence[dict[str, Any]] = (),
         wait: timedelta | float | None = None,
-    ) -> list[TaskCycled]:
+    ) -> Op[list[TaskCycled]]:
         """Report ``outcomes`` and lease up to ``limit`` due tasks, in one call and one commit.
 
         Each outcome is ``{"id": ..., "epoch": ..., "outcome": "complete" | "release" | "fail" | "extend"}``
@@ -516,24 +567,30 @@ class Driver:
         of its kinds for that long (tasks are announced only to registered waiters).
         """
         payload = [{**outcome, "id": str(outcome["id"])} for outcome in outcomes]
-        return self._rows(
-            TaskCycled,
-            "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s, %s)",
-            (
-                owner,
-                _seconds(lease),
-                limit,
-                None if kinds is None else list(kinds),
-                Jsonb(payload),
-                None if wait is None else _seconds(wait),
-            ),
+        return (
+            yield from _rows(
+                TaskCycled,
+                "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s, %s)",
+                (
+                    owner,
+                    _seconds(lease),
+                    limit,
+                    None if kinds is None else list(kinds),
+                    Jsonb(payload),
+                    None if wait is None else _seconds(wait),
+                ),
+            )
         )
 
-    def task_extend(self, id: UUID, owner: UUID, epoch: int, *, lease: timedelta | float) -> datetime:
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.task_extend(%s, %s, %s, %s)", (id, owner, epoch, _seconds(lease))
+    @operation
+    def task_extend(self, id: UUID, owner: UUID, epoch: int, *, lease: timedelta | float) -> Op[datetime]:
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.task_extend(%s, %s, %s, %s)", (id, owner, epoch, _seconds(lease))
+            )
         )
 
+    @operation
     def task_update(
         self,
         id: UUID,
@@ -543,12 +600,15 @@ class Driver:
         state: str | None = None,
         data: Any = None,
         lease: timedelta | float | None = None,
-    ) -> datetime:
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.task_update(%s, %s, %s, %s, %s, %s)",
-            (id, owner, epoch, state, _json(data), _seconds(lease)),
+    ) -> Op[datetime]:
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.task_update(%s, %s, %s, %s, %s, %s)",
+                (id, owner, epoch, state, _json(data), _seconds(lease)),
+            )
         )
 
+    @operation
     def task_release(
         self,
         id: UUID,
@@ -558,45 +618,61 @@ class Driver:
         delay: timedelta | float = 0,
         state: str | None = None,
         data: Any = None,
-    ) -> datetime:
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.task_release(%s, %s, %s, %s, %s, %s)",
-            (id, owner, epoch, _seconds(delay), state, _json(data)),
+    ) -> Op[datetime]:
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.task_release(%s, %s, %s, %s, %s, %s)",
+                (id, owner, epoch, _seconds(delay), state, _json(data)),
+            )
         )
 
+    @operation
     def task_complete(
         self, id: UUID, owner: UUID, epoch: int, *, state: str = "done", data: Any = None
-    ) -> datetime:
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.task_complete(%s, %s, %s, %s, %s)", (id, owner, epoch, state, _json(data))
+    ) -> Op[datetime]:
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.task_complete(%s, %s, %s, %s, %s)", (id, owner, epoch, state, _json(data))
+            )
         )
 
+    @operation
     def task_fail(
         self, id: UUID, owner: UUID, epoch: int, *, error: str, retry_delay: timedelta | float | None = None
-    ) -> datetime | None:
+    ) -> Op[datetime | None]:
         """Record a failed attempt; returns when the task is due again, None when it is dead."""
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.task_fail(%s, %s, %s, %s, %s)", (id, owner, epoch, error, _seconds(retry_delay))
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.task_fail(%s, %s, %s, %s, %s)",
+                (id, owner, epoch, error, _seconds(retry_delay)),
+            )
         )
 
-    def task_fence(self, id: UUID, owner: UUID, epoch: int) -> None:
+    @operation
+    def task_fence(self, id: UUID, owner: UUID, epoch: int) -> Op[None]:
         """Raise LeaseLost unless the caller holds the lease; call it inside the guarded transaction."""
-        self._scalar("SELECT tenure.task_fence(%s, %s, %s)", (id, owner, epoch))
+        (yield from _scalar("SELECT tenure.task_fence(%s, %s, %s)", (id, owner, epoch)))
 
-    def task_eject(self, id: UUID, owner: UUID, *, lease: timedelta | float) -> TaskLease | None:
+    @operation
+    def task_eject(self, id: UUID, owner: UUID, *, lease: timedelta | float) -> Op[TaskLease | None]:
         """Take the task over at once; None when it is already done or dead."""
-        rows = self._rows(
+        rows = yield from _rows(
             TaskLease, "SELECT * FROM tenure.task_eject(%s, %s, %s)", (id, owner, _seconds(lease))
         )
         return rows[0] if rows else None
 
-    def task_requeue(self, id: UUID, *, delay: timedelta | float = 0) -> bool:
-        return bool(self._scalar("SELECT tenure.task_requeue(%s, %s)", (id, _seconds(delay))))
+    @operation
+    def task_requeue(self, id: UUID, *, delay: timedelta | float = 0) -> Op[bool]:
+        return bool((yield from _scalar("SELECT tenure.task_requeue(%s, %s)", (id, _seconds(delay)))))
 
-    def task_purge(self, *, older_than: timedelta | float, include_dead: bool = False) -> int:
-        return int(self._scalar("SELECT tenure.task_purge(%s, %s)", (_seconds(older_than), include_dead)))
+    @operation
+    def task_purge(self, *, older_than: timedelta | float, include_dead: bool = False) -> Op[int]:
+        return int(
+            (yield from _scalar("SELECT tenure.task_purge(%s, %s)", (_seconds(older_than), include_dead)))
+        )
 
-    def task_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+    @operation
+    def task_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> Op[int]:
         """Retention: delete at most ``limit`` tasks finished before ``older_than`` ago, oldest first.
 
         Done and dead tasks go with their lease log.
@@ -605,8 +681,9 @@ class Driver:
 
         Returns how many were deleted: call again while it returns ``limit``.
         """
-        return int(self._scalar("SELECT tenure.task_prune(%s, %s)", (_seconds(older_than), limit)))
+        return int((yield from _scalar("SELECT tenure.task_prune(%s, %s)", (_seconds(older_than), limit))))
 
+    @operation
     def tasks(
         self,
         *,
@@ -616,11 +693,12 @@ class Driver:
         owner: UUID | None = None,
         due: bool | None = None,
         limit: int = 100,
-    ) -> list[TaskRow]:
+    ) -> Op[list[TaskRow]]:
         """Rows of ``tenure.tasks`` matching every filter given, oldest next_action first."""
-        return self._rows(
-            TaskRow,
-            """
+        return (
+            yield from _rows(
+                TaskRow,
+                """
             SELECT * FROM tenure.tasks
              WHERE (%(kind)s::text IS NULL OR kind = %(kind)s)
                AND (%(state)s::text IS NULL OR state = %(state)s)
@@ -630,75 +708,103 @@ class Driver:
              ORDER BY next_action NULLS LAST, created_at
              LIMIT %(limit)s
             """,
-            {"kind": kind, "state": state, "status": status, "owner": owner, "due": due, "limit": limit},
-        )
-
-    def task(self, id: UUID) -> TaskRow | None:
-        rows = self._rows(TaskRow, "SELECT * FROM tenure.tasks WHERE id = %s", (id,))
-        return rows[0] if rows else None
-
-    def task_status(self) -> list[TaskStatus]:
-        return self._rows(TaskStatus, "SELECT * FROM tenure.task_status ORDER BY kind, status, state", ())
-
-    # -- claims --------------------------------------------------------------------
-
-    def claim_register(self, keyspace: str, keys: Sequence[str]) -> int:
-        return int(self._scalar("SELECT tenure.claim_register(%s, %s)", (keyspace, list(keys))))
-
-    def claim_retire(self, keyspace: str, keys: Sequence[str]) -> int:
-        return int(self._scalar("SELECT tenure.claim_retire(%s, %s)", (keyspace, list(keys))))
-
-    def claim_renew(self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float) -> list[ClaimGrant]:
-        """Renew every claim the instance holds; keys above the fair share come back 'released'."""
-        return self._rows(
-            ClaimGrant,
-            "SELECT * FROM tenure.claim_renew(%s, %s, %s)",
-            (keyspace, instance_id, _seconds(expiry)),
-        )
-
-    def claim_take(
-        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
-    ) -> list[ClaimGrant]:
-        """Take free or expired keys up to the fair share; one row with change 'busy' when skipped."""
-        return self._rows(
-            ClaimGrant,
-            "SELECT * FROM tenure.claim_take(%s, %s, %s, %s)",
-            (keyspace, instance_id, _seconds(expiry), limit),
-        )
-
-    def claim_cycle(
-        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
-    ) -> list[ClaimGrant]:
-        """Renew, then take if below the fair share, in one call: renewed/released rows, then
-        taken rows (or one 'busy' row)."""
-        return self._rows(
-            ClaimGrant,
-            "SELECT * FROM tenure.claim_cycle(%s, %s, %s, %s)",
-            (keyspace, instance_id, _seconds(expiry), limit),
-        )
-
-    def claim_release(self, keyspace: str, instance_id: UUID, keys: Sequence[str] | None = None) -> int:
-        """Give keys back; with None, all of them, and leave the keyspace."""
-        return int(
-            self._scalar(
-                "SELECT tenure.claim_release(%s, %s, %s)",
-                (keyspace, instance_id, None if keys is None else list(keys)),
+                {"kind": kind, "state": state, "status": status, "owner": owner, "due": due, "limit": limit},
             )
         )
 
-    def claim_check(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> bool:
-        return bool(
-            self._scalar("SELECT tenure.claim_check(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch))
+    @operation
+    def task(self, id: UUID) -> Op[TaskRow | None]:
+        rows = yield from _rows(TaskRow, "SELECT * FROM tenure.tasks WHERE id = %s", (id,))
+        return rows[0] if rows else None
+
+    @operation
+    def task_status(self) -> Op[list[TaskStatus]]:
+        return (
+            yield from _rows(TaskStatus, "SELECT * FROM tenure.task_status ORDER BY kind, status, state", ())
         )
 
-    def claim_fence(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> None:
+    # -- claims --------------------------------------------------------------------
+
+    @operation
+    def claim_register(self, keyspace: str, keys: Sequence[str]) -> Op[int]:
+        return int((yield from _scalar("SELECT tenure.claim_register(%s, %s)", (keyspace, list(keys)))))
+
+    @operation
+    def claim_retire(self, keyspace: str, keys: Sequence[str]) -> Op[int]:
+        return int((yield from _scalar("SELECT tenure.claim_retire(%s, %s)", (keyspace, list(keys)))))
+
+    @operation
+    def claim_renew(
+        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float
+    ) -> Op[list[ClaimGrant]]:
+        """Renew every claim the instance holds; keys above the fair share come back 'released'."""
+        return (
+            yield from _rows(
+                ClaimGrant,
+                "SELECT * FROM tenure.claim_renew(%s, %s, %s)",
+                (keyspace, instance_id, _seconds(expiry)),
+            )
+        )
+
+    @operation
+    def claim_take(
+        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
+    ) -> Op[list[ClaimGrant]]:
+        """Take free or expired keys up to the fair share; one row with change 'busy' when skipped."""
+        return (
+            yield from _rows(
+                ClaimGrant,
+                "SELECT * FROM tenure.claim_take(%s, %s, %s, %s)",
+                (keyspace, instance_id, _seconds(expiry), limit),
+            )
+        )
+
+    @operation
+    def claim_cycle(
+        self, keyspace: str, instance_id: UUID, *, expiry: timedelta | float, limit: int | None = None
+    ) -> Op[list[ClaimGrant]]:
+        """Renew, then take if below the fair share, in one call: renewed/released rows, then
+        taken rows (or one 'busy' row)."""
+        return (
+            yield from _rows(
+                ClaimGrant,
+                "SELECT * FROM tenure.claim_cycle(%s, %s, %s, %s)",
+                (keyspace, instance_id, _seconds(expiry), limit),
+            )
+        )
+
+    @operation
+    def claim_release(self, keyspace: str, instance_id: UUID, keys: Sequence[str] | None = None) -> Op[int]:
+        """Give keys back; with None, all of them, and leave the keyspace."""
+        return int(
+            (
+                yield from _scalar(
+                    "SELECT tenure.claim_release(%s, %s, %s)",
+                    (keyspace, instance_id, None if keys is None else list(keys)),
+                )
+            )
+        )
+
+    @operation
+    def claim_check(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> Op[bool]:
+        return bool(
+            (
+                yield from _scalar(
+                    "SELECT tenure.claim_check(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch)
+                )
+            )
+        )
+
+    @operation
+    def claim_fence(self, keyspace: str, instance_id: UUID, key: str, epoch: int) -> Op[None]:
         """Raise ClaimLost unless the instance holds the key in that epoch.
 
         Call it inside the transaction of the write it guards.
         """
-        self._scalar("SELECT tenure.claim_fence(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch))
+        (yield from _scalar("SELECT tenure.claim_fence(%s, %s, %s, %s)", (keyspace, instance_id, key, epoch)))
 
-    def claim_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+    @operation
+    def claim_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> Op[int]:
         """Retention: delete at most ``limit`` claim log entries that ended before ``older_than`` ago.
 
         A claim ends when it passes on or is released; oldest first.
@@ -706,31 +812,43 @@ class Driver:
 
         Returns how many were deleted: call again while it returns ``limit``.
         """
-        return int(self._scalar("SELECT tenure.claim_prune(%s, %s)", (_seconds(older_than), limit)))
+        return int((yield from _scalar("SELECT tenure.claim_prune(%s, %s)", (_seconds(older_than), limit))))
 
-    def claims(self, keyspace: str | None = None) -> list[ClaimRow]:
-        return self._rows(
-            ClaimRow,
-            "SELECT * FROM tenure.claims WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
-            "ORDER BY keyspace, key",
-            {"keyspace": keyspace},
+    @operation
+    def claims(self, keyspace: str | None = None) -> Op[list[ClaimRow]]:
+        return (
+            yield from _rows(
+                ClaimRow,
+                "SELECT * FROM tenure.claims WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
+                "ORDER BY keyspace, key",
+                {"keyspace": keyspace},
+            )
         )
 
-    def claim_instances(self, keyspace: str | None = None) -> list[ClaimInstance]:
-        return self._rows(
-            ClaimInstance,
-            "SELECT * FROM tenure.claim_instances "
-            "WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s ORDER BY keyspace, instance_id",
-            {"keyspace": keyspace},
+    @operation
+    def claim_instances(self, keyspace: str | None = None) -> Op[list[ClaimInstance]]:
+        return (
+            yield from _rows(
+                ClaimInstance,
+                "SELECT * FROM tenure.claim_instances "
+                "WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s ORDER BY keyspace, instance_id",
+                {"keyspace": keyspace},
+            )
         )
 
     # -- the submission queue --------------------------------------------------------
 
+    @operation
     def batch_configure(
         self, keyspace: str, *, mode: str, implicit_deps: bool = True, key: str | None = None
-    ) -> None:
-        self._scalar("SELECT tenure.batch_configure(%s, %s, %s, %s)", (keyspace, mode, implicit_deps, key))
+    ) -> Op[None]:
+        (
+            yield from _scalar(
+                "SELECT tenure.batch_configure(%s, %s, %s, %s)", (keyspace, mode, implicit_deps, key)
+            )
+        )
 
+    @operation
     def batch_enqueue(
         self,
         keyspace: str,
@@ -740,15 +858,16 @@ class Driver:
         state_keys: Sequence[str] = (),
         depends_on: Sequence[UUID] = (),
         id: UUID | None = None,
-    ) -> BatchEnqueued:
-        rows = self._rows(
+    ) -> Op[BatchEnqueued]:
+        rows = yield from _rows(
             BatchEnqueued,
             "SELECT * FROM tenure.batch_enqueue(%s, %s, %s, %s, %s, %s)",
             (keyspace, key, payload, list(state_keys), list(depends_on), id),
         )
         return rows[0]
 
-    def batch_enqueue_many(self, keyspace: str, batches: Sequence[dict[str, Any]]) -> list[BatchEnqueued]:
+    @operation
+    def batch_enqueue_many(self, keyspace: str, batches: Sequence[dict[str, Any]]) -> Op[list[BatchEnqueued]]:
         """Each dict has key and payload (bytes), optionally state_keys, depends_on and id."""
         payload = [
             {
@@ -759,31 +878,42 @@ class Driver:
             }
             for batch in batches
         ]
-        return self._rows(
-            BatchEnqueued, "SELECT * FROM tenure.batch_enqueue_many(%s, %s)", (keyspace, Jsonb(payload))
-        )
-
-    def batch_select(
-        self, keyspace: str, instance_id: UUID, *, limit: int, depth: int = 1
-    ) -> list[BatchGrant]:
-        """Mark up to ``limit`` eligible batches of held keys pending and return them, round by round."""
-        return self._rows(
-            BatchGrant,
-            "SELECT * FROM tenure.batch_select(%s, %s, %s, %s)",
-            (keyspace, instance_id, limit, depth),
-        )
-
-    def batch_resolve(
-        self, keyspace: str, instance_id: UUID, id: UUID, epoch: int, status: str, detail: str | None = None
-    ) -> str:
-        return str(
-            self._scalar(
-                "SELECT tenure.batch_resolve(%s, %s, %s, %s, %s, %s)",
-                (keyspace, instance_id, id, epoch, status, detail),
+        return (
+            yield from _rows(
+                BatchEnqueued, "SELECT * FROM tenure.batch_enqueue_many(%s, %s)", (keyspace, Jsonb(payload))
             )
         )
 
-    def batch_resolve_many(self, keyspace: str, instance_id: UUID, resolutions: Sequence[Resolution]) -> int:
+    @operation
+    def batch_select(
+        self, keyspace: str, instance_id: UUID, *, limit: int, depth: int = 1
+    ) -> Op[list[BatchGrant]]:
+        """Mark up to ``limit`` eligible batches of held keys pending and return them, round by round."""
+        return (
+            yield from _rows(
+                BatchGrant,
+                "SELECT * FROM tenure.batch_select(%s, %s, %s, %s)",
+                (keyspace, instance_id, limit, depth),
+            )
+        )
+
+    @operation
+    def batch_resolve(
+        self, keyspace: str, instance_id: UUID, id: UUID, epoch: int, status: str, detail: str | None = None
+    ) -> Op[str]:
+        return str(
+            (
+                yield from _scalar(
+                    "SELECT tenure.batch_resolve(%s, %s, %s, %s, %s, %s)",
+                    (keyspace, instance_id, id, epoch, status, detail),
+                )
+            )
+        )
+
+    @operation
+    def batch_resolve_many(
+        self, keyspace: str, instance_id: UUID, resolutions: Sequence[Resolution]
+    ) -> Op[int]:
         """Resolve several batches in one call, all or none; returns how many."""
         items = [
             {
@@ -795,28 +925,36 @@ class Driver:
             for r in resolutions
         ]
         return int(
-            self._scalar(
-                "SELECT tenure.batch_resolve_many(%s, %s, %s)", (keyspace, instance_id, Jsonb(items))
+            (
+                yield from _scalar(
+                    "SELECT tenure.batch_resolve_many(%s, %s, %s)", (keyspace, instance_id, Jsonb(items))
+                )
             )
         )
 
-    def batch_skip(self, keyspace: str, id: UUID) -> bool:
-        return bool(self._scalar("SELECT tenure.batch_skip(%s, %s)", (keyspace, id)))
+    @operation
+    def batch_skip(self, keyspace: str, id: UUID) -> Op[bool]:
+        return bool((yield from _scalar("SELECT tenure.batch_skip(%s, %s)", (keyspace, id))))
 
-    def batch_retry(self, keyspace: str, id: UUID) -> bool:
-        return bool(self._scalar("SELECT tenure.batch_retry(%s, %s)", (keyspace, id)))
+    @operation
+    def batch_retry(self, keyspace: str, id: UUID) -> Op[bool]:
+        return bool((yield from _scalar("SELECT tenure.batch_retry(%s, %s)", (keyspace, id))))
 
-    def batch_check(self, keyspace: str, instance_id: UUID, claims: Sequence[tuple[str, int]]) -> list[bool]:
+    @operation
+    def batch_check(
+        self, keyspace: str, instance_id: UUID, claims: Sequence[tuple[str, int]]
+    ) -> Op[list[bool]]:
         """``claim_check`` for several (key, epoch) pairs in one call: one answer per pair, in order."""
         if not claims:
             return []
-        answers = self._scalar(
+        answers = yield from _scalar(
             "SELECT tenure.batch_check(%s, %s, %s::text[], %s::bigint[])",
             (keyspace, instance_id, [key for key, _ in claims], [epoch for _, epoch in claims]),
         )
         return [bool(a) for a in answers]
 
-    def batch_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+    @operation
+    def batch_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> Op[int]:
         """Retention: delete at most ``limit`` batches settled before ``older_than`` ago, oldest first.
 
         Committed and skipped batches, by when they were resolved.
@@ -826,18 +964,25 @@ class Driver:
 
         Returns how many were deleted: call again while it returns ``limit``.
         """
-        return int(self._scalar("SELECT tenure.batch_prune(%s, %s)", (_seconds(older_than), limit)))
+        return int((yield from _scalar("SELECT tenure.batch_prune(%s, %s)", (_seconds(older_than), limit))))
 
-    def batch_pending(self, keyspace: str, instance_id: UUID) -> list[BatchGrant]:
-        return self._rows(BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id))
+    @operation
+    def batch_pending(self, keyspace: str, instance_id: UUID) -> Op[list[BatchGrant]]:
+        return (
+            yield from _rows(
+                BatchGrant, "SELECT * FROM tenure.batch_pending(%s, %s)", (keyspace, instance_id)
+            )
+        )
 
+    @operation
     def batches(
         self, keyspace: str, *, key: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[BatchRow]:
+    ) -> Op[list[BatchRow]]:
         """Rows of ``tenure.batches`` of a queue, by key and sequence."""
-        return self._rows(
-            BatchRow,
-            """
+        return (
+            yield from _rows(
+                BatchRow,
+                """
             SELECT * FROM tenure.batches
              WHERE keyspace = %(keyspace)s
                AND (%(key)s::text IS NULL OR key = %(key)s)
@@ -845,27 +990,34 @@ class Driver:
              ORDER BY key, seq
              LIMIT %(limit)s
             """,
-            {"keyspace": keyspace, "key": key, "status": status, "limit": limit},
+                {"keyspace": keyspace, "key": key, "status": status, "limit": limit},
+            )
         )
 
-    def batch_keys(self, keyspace: str | None = None) -> list[BatchKey]:
-        return self._rows(
-            BatchKey,
-            "SELECT * FROM tenure.batch_keys WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
-            "ORDER BY keyspace, key",
-            {"keyspace": keyspace},
+    @operation
+    def batch_keys(self, keyspace: str | None = None) -> Op[list[BatchKey]]:
+        return (
+            yield from _rows(
+                BatchKey,
+                "SELECT * FROM tenure.batch_keys WHERE %(keyspace)s::text IS NULL OR keyspace = %(keyspace)s "
+                "ORDER BY keyspace, key",
+                {"keyspace": keyspace},
+            )
         )
 
     # -- replicas --------------------------------------------------------------------
 
-    def replica_lock_id(self, *, counter: int = 0, scope: str | None = None) -> int:
+    @operation
+    def replica_lock_id(self, *, counter: int = 0, scope: str | None = None) -> Op[int]:
         """The 30-bit lock id of (scope, counter); scope defaults to the database's name."""
-        return int(self._scalar("SELECT tenure.replica_lock_id(%s, %s)", (counter, scope)))
+        return int((yield from _scalar("SELECT tenure.replica_lock_id(%s, %s)", (counter, scope))))
 
-    def replica_register(self, *, counter: int = 0, scope: str | None = None) -> int:
+    @operation
+    def replica_register(self, *, counter: int = 0, scope: str | None = None) -> Op[int]:
         """Register (scope, counter) and return its lock id; InvalidConfiguration on a collision."""
-        return int(self._scalar("SELECT tenure.replica_register(%s, %s)", (counter, scope)))
+        return int((yield from _scalar("SELECT tenure.replica_register(%s, %s)", (counter, scope))))
 
+    @operation
     def replica_acquire(
         self,
         replica: str,
@@ -873,22 +1025,26 @@ class Driver:
         reserve: timedelta | float | None = None,
         counter: int = 0,
         scope: str | None = None,
-    ) -> ReplicaGrant:
+    ) -> Op[ReplicaGrant]:
         """Try to make this session the active replica (no waiting); the answer names the holder."""
-        rows = self._rows(
+        rows = yield from _rows(
             ReplicaGrant,
             "SELECT * FROM tenure.replica_acquire(%s, %s, %s, %s)",
             (replica, _seconds(reserve), counter, scope),
         )
         return rows[0]
 
-    def replica_guard(self, *, epoch: int | None = None, counter: int = 0, scope: str | None = None) -> int:
+    @operation
+    def replica_guard(
+        self, *, epoch: int | None = None, counter: int = 0, scope: str | None = None
+    ) -> Op[int]:
         """Raise NotPrimary unless this session holds the lock (in ``epoch``); returns the epoch.
 
         Call it first in each write transaction of the active replica, on its lock connection.
         """
-        return int(self._scalar("SELECT tenure.replica_guard(%s, %s, %s)", (epoch, counter, scope)))
+        return int((yield from _scalar("SELECT tenure.replica_guard(%s, %s, %s)", (epoch, counter, scope))))
 
+    @operation
     def replica_ping(
         self,
         replica: str,
@@ -897,23 +1053,32 @@ class Driver:
         reserve: timedelta | float | None = None,
         counter: int = 0,
         scope: str | None = None,
-    ) -> datetime:
+    ) -> Op[datetime]:
         """The active replica's ping: NotPrimary unless it still holds the lock in ``epoch``."""
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.replica_ping(%s, %s, %s, %s, %s)",
-            (replica, epoch, _seconds(reserve), counter, scope),
+        return (  # type: ignore[no-any-return]
+            yield from _scalar(
+                "SELECT tenure.replica_ping(%s, %s, %s, %s, %s)",
+                (replica, epoch, _seconds(reserve), counter, scope),
+            )
         )
 
-    def replica_release(self, replica: str, *, counter: int = 0, scope: str | None = None) -> bool:
+    @operation
+    def replica_release(self, replica: str, *, counter: int = 0, scope: str | None = None) -> Op[bool]:
         """Release the lock if this session holds it and drop the replica's reservation."""
-        return bool(self._scalar("SELECT tenure.replica_release(%s, %s, %s)", (replica, counter, scope)))
+        return bool(
+            (yield from _scalar("SELECT tenure.replica_release(%s, %s, %s)", (replica, counter, scope)))
+        )
 
-    def replica_holder(self, *, counter: int = 0, scope: str | None = None) -> ReplicaHolder | None:
+    @operation
+    def replica_holder(self, *, counter: int = 0, scope: str | None = None) -> Op[ReplicaHolder | None]:
         """Who holds the lock (pid None when nobody does); None when it was never registered."""
-        rows = self._rows(ReplicaHolder, "SELECT * FROM tenure.replica_holder(%s, %s)", (counter, scope))
+        rows = yield from _rows(
+            ReplicaHolder, "SELECT * FROM tenure.replica_holder(%s, %s)", (counter, scope)
+        )
         return rows[0] if rows else None
 
-    def replica_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> int:
+    @operation
+    def replica_prune(self, *, older_than: timedelta | float, limit: int = 10000) -> Op[int]:
         """Retention: delete at most ``limit`` replica terms that ended before ``older_than`` ago.
 
         A term ends when a later acquisition of its lock begins; oldest first.
@@ -921,20 +1086,21 @@ class Driver:
 
         Returns how many were deleted: call again while it returns ``limit``.
         """
-        return int(self._scalar("SELECT tenure.replica_prune(%s, %s)", (_seconds(older_than), limit)))
+        return int((yield from _scalar("SELECT tenure.replica_prune(%s, %s)", (_seconds(older_than), limit))))
 
-    def replicas(self) -> list[ReplicaHolder]:
+    @operation
+    def replicas(self) -> Op[list[ReplicaHolder]]:
         """Every registered replica lock with its holder (the view ``tenure.replicas``)."""
-        return self._rows(ReplicaHolder, "SELECT * FROM tenure.replicas ORDER BY scope, counter", ())
+        return (yield from _rows(ReplicaHolder, "SELECT * FROM tenure.replicas ORDER BY scope, counter", ()))
 
     # -- schedules -------------------------------------------------------------------
 
-    def cron_next(self, cron: str, after: datetime, *, timezone: str = "UTC") -> datetime:
+    @operation
+    def cron_next(self, cron: str, after: datetime, *, timezone: str = "UTC") -> Op[datetime]:
         """The first time strictly after ``after`` at which ``cron`` runs, read in ``timezone``."""
-        return self._scalar(  # type: ignore[no-any-return]
-            "SELECT tenure.cron_next(%s, %s, %s)", (cron, after, timezone)
-        )
+        return (yield from _scalar("SELECT tenure.cron_next(%s, %s, %s)", (cron, after, timezone)))  # type: ignore[no-any-return]
 
+    @operation
     def schedule_set(
         self,
         name: str,
@@ -947,13 +1113,13 @@ class Driver:
         max_attempts: int = 5,
         catch_up: str = "latest",
         catch_up_limit: int = 10,
-    ) -> ScheduleInfo:
+    ) -> Op[ScheduleInfo]:
         """Create or change a schedule (exactly one of ``cron`` and ``every``).
 
         Setting the same ``cron``/``every``/``timezone`` again keeps the schedule's progress
         and its pause, so a registry may set its schedules at every start.
         """
-        rows = self._rows(
+        rows = yield from _rows(
             ScheduleInfo,
             "SELECT * FROM tenure.schedule_set(%s, %s, %s, %s, %s, coalesce(%s, '{}'::jsonb), %s, %s, %s)",
             (
@@ -970,33 +1136,40 @@ class Driver:
         )
         return rows[0]
 
-    def schedule_tick(self) -> list[ScheduleSlot]:
+    @operation
+    def schedule_tick(self) -> Op[list[ScheduleSlot]]:
         """Turn every due slot into exactly one task; returns the tasks created."""
-        return self._rows(ScheduleSlot, "SELECT * FROM tenure.schedule_tick()", ())
+        return (yield from _rows(ScheduleSlot, "SELECT * FROM tenure.schedule_tick()", ()))
 
-    def schedule_pause(self, name: str) -> ScheduleInfo:
+    @operation
+    def schedule_pause(self, name: str) -> Op[ScheduleInfo]:
         """Pause a schedule: no task for it until :meth:`schedule_resume`."""
-        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_pause(%s)", (name,))[0]
+        return (yield from _rows(ScheduleInfo, "SELECT * FROM tenure.schedule_pause(%s)", (name,)))[0]
 
-    def schedule_resume(self, name: str) -> ScheduleInfo:
+    @operation
+    def schedule_resume(self, name: str) -> Op[ScheduleInfo]:
         """Resume a paused schedule; the slots missed while paused are skipped."""
-        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_resume(%s)", (name,))[0]
+        return (yield from _rows(ScheduleInfo, "SELECT * FROM tenure.schedule_resume(%s)", (name,)))[0]
 
-    def schedule_drop(self, name: str) -> ScheduleInfo:
+    @operation
+    def schedule_drop(self, name: str) -> Op[ScheduleInfo]:
         """Delete a schedule (its tasks stay); returns it as it was."""
-        return self._rows(ScheduleInfo, "SELECT * FROM tenure.schedule_drop(%s)", (name,))[0]
+        return (yield from _rows(ScheduleInfo, "SELECT * FROM tenure.schedule_drop(%s)", (name,)))[0]
 
-    def schedule_run_now(self, name: str) -> UUID:
+    @operation
+    def schedule_run_now(self, name: str) -> Op[UUID]:
         """One extra task of the schedule now, outside its slots; returns the task's id."""
-        return self._scalar("SELECT tenure.schedule_run_now(%s)", (name,))  # type: ignore[no-any-return]
+        return (yield from _scalar("SELECT tenure.schedule_run_now(%s)", (name,)))  # type: ignore[no-any-return]
 
-    def schedules(self) -> list[ScheduleRow]:
+    @operation
+    def schedules(self) -> Op[list[ScheduleRow]]:
         """Every schedule (the view ``tenure.schedules``), by name."""
-        return self._rows(ScheduleRow, "SELECT * FROM tenure.schedules ORDER BY name", ())
+        return (yield from _rows(ScheduleRow, "SELECT * FROM tenure.schedules ORDER BY name", ()))
 
     # -- retention (the maintainer's generic calls) -------------------------------------
 
-    def prunable_histories(self) -> list[str]:
+    @operation
+    def prunable_histories(self) -> Op[list[str]]:
         """The histories (of ``PRUNE_HISTORIES``) whose ``tenure.<history>_prune(interval,
         integer)`` exists in this database and may be executed by this role."""
         query = (
@@ -1006,27 +1179,123 @@ class Driver:
             " AND pg_get_function_identity_arguments(p.oid) = 'p_older_than interval, p_limit integer'"
             " AND has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1"
         )
-        with self._committed(), _translated(), self.connection.cursor() as cursor:
-            cursor.execute(query, ([f"{h}_prune" for h in PRUNE_HISTORIES],))
-            return [str(row[0]) for row in cursor.fetchall()]
+        rows = yield Query(query, ([f"{h}_prune" for h in PRUNE_HISTORIES],), tuple_row)
+        return [str(row[0]) for row in rows]
 
-    def prune(self, history: str, *, older_than: timedelta | float, limit: int) -> int:
+    @operation
+    def prune(self, history: str, *, older_than: timedelta | float, limit: int) -> Op[int]:
         """``tenure.<history>_prune(older_than, limit)``: rows removed, at most ``limit``."""
         if history not in PRUNE_HISTORIES:
             raise ValueError(f"no prune function for {history!r}; choose from {PRUNE_HISTORIES}")
         prune = {
-            "task": self.task_prune,
-            "batch": self.batch_prune,
-            "heartbeat": self.heartbeat_prune,
-            "claim": self.claim_prune,
-            "replica": self.replica_prune,
+            "task": OPS.task_prune,
+            "batch": OPS.batch_prune,
+            "heartbeat": OPS.heartbeat_prune,
+            "claim": OPS.claim_prune,
+            "replica": OPS.replica_prune,
         }[history]
-        return prune(older_than=older_than, limit=limit)
+        return (yield from prune(older_than=older_than, limit=limit))
 
-    def set_idle_session_timeout(self, seconds: float) -> None:
+    @operation
+    def set_idle_session_timeout(self, seconds: float) -> Op[None]:
         """Have the server end this session after ``seconds`` without a statement (0: never)."""
-        self._scalar("SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}ms",))
+        (
+            yield from _scalar(
+                "SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}ms",)
+            )
+        )
 
-    def backend_pid(self) -> int:
+    @operation
+    def backend_pid(self) -> Op[int]:
         """The server process of this connection (to tell a transaction-pooling proxy apart)."""
-        return int(self._scalar("SELECT pg_backend_pid()", ()))
+        return int((yield from _scalar("SELECT pg_backend_pid()", ())))
+
+
+OPS = Operations()  # the operations themselves, for runtimes that compose them
+
+
+class Driver(Operations):
+    """Calls tenure's SQL functions on one psycopg connection."""
+
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+
+    def _bind(self, body: Callable[..., Op[T]]) -> Callable[..., Any]:
+        @functools.wraps(body)
+        def call(*args: Any, **kwargs: Any) -> T:
+            return self.run(body(self, *args, **kwargs))
+
+        return call
+
+    def run(self, operation: Op[T]) -> T:
+        """Run an operation (or a runtime's composition of them) on this connection."""
+        step: Callable[[Any], Query] = operation.send
+        argument: Any = None
+        while True:
+            try:
+                query = step(argument)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                argument, step = self._execute(query), operation.send
+            except Exception as error:
+                argument, step = error, operation.throw
+
+    def _execute(self, query: Query) -> list[Any]:
+        with self._committed(), _translated(), self.connection.cursor(row_factory=query.rows) as cursor:
+            cursor.execute(query.statement, query.params)
+            return cursor.fetchall()
+
+    @contextmanager
+    def _committed(self) -> Iterator[None]:
+        """On an autocommit connection each call commits: raise CommitNotConfirmed if that
+        commit was not confirmed by the synchronous standbys. (In a transaction, the caller
+        checks its own commit: :func:`tenure.connect.durable_transaction`.)"""
+        if not self.connection.autocommit:
+            yield
+            return
+        forget_unconfirmed(self.connection)
+        yield
+        confirm_commit(self.connection)
+
+
+class AsyncDriver(Operations):
+    """:class:`Driver` on a ``psycopg.AsyncConnection``: every method is a coroutine with the
+    same arguments, rows and exceptions."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self.connection = connection
+
+    def _bind(self, body: Callable[..., Op[T]]) -> Callable[..., Any]:
+        @functools.wraps(body)
+        async def call(*args: Any, **kwargs: Any) -> T:
+            return await self.run(body(self, *args, **kwargs))
+
+        return call
+
+    async def run(self, operation: Op[T]) -> T:
+        """Run an operation (or a runtime's composition of them) on this connection."""
+        step: Callable[[Any], Query] = operation.send
+        argument: Any = None
+        while True:
+            try:
+                query = step(argument)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                argument, step = await self._execute(query), operation.send
+            except Exception as error:
+                argument, step = error, operation.throw
+
+    async def _execute(self, query: Query) -> list[Any]:
+        connection = self.connection
+        checked = connection.autocommit
+        if checked:
+            forget_unconfirmed(connection)
+        with _translated():
+            async with connection.cursor(row_factory=query.rows) as cursor:
+                await cursor.execute(query.statement, query.params)
+                rows = await cursor.fetchall()
+        if checked:
+            await aconfirm_commit(connection)
+        return rows

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tenure import Driver, InvalidArgument, InvalidConfiguration, NotPrimary, PrimaryEntry, TenureError
+from tenure.driver import _scalar
 
 
 def test_update_heartbeat_elects_the_first_and_names_it_to_the_others(admin: psycopg.Connection[Any]) -> None:
@@ -66,7 +67,7 @@ def test_sqlstates_become_tenure_exceptions_with_detail_and_hint(admin: psycopg.
 
 def test_other_errors_pass_through_unchanged(admin: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.UndefinedTable) as raised:
-        Driver(admin)._scalar("SELECT * FROM no_such_table", ())
+        Driver(admin).run(_scalar("SELECT * FROM no_such_table", ()))
     assert not isinstance(raised.value, TenureError)
 
 
