@@ -400,7 +400,7 @@ class operation(Generic[P, T]):
 
     def __init__(self, body: Callable[Concatenate[Any, P], Op[T]]) -> None:
         self.body = body
-        functools.update_wrapper(self, body)  # type: ignore[arg-type]
+        functools.update_wrapper(self, body)  # type: ignore[arg-type, unused-ignore]
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
