@@ -11,6 +11,7 @@ waits for a synchronous standby that does not answer.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import logging
@@ -84,6 +85,22 @@ def connect(
     )
     try:
         connection = psycopg.connect(conninfo, **options)
+    except psycopg.OperationalError as error:
+        refused_startup_parameter(error)
+        raise
+    watch_commits(connection)
+    return connection
+
+
+async def aconnect(
+    conninfo: str, *, application_name: str, deadline: float, idle_session_timeout: float | None = None
+) -> psycopg.AsyncConnection[Any]:
+    """:func:`connect` for asyncio."""
+    options = connection_options(
+        application_name=application_name, deadline=deadline, idle_session_timeout=idle_session_timeout
+    )
+    try:
+        connection = await psycopg.AsyncConnection.connect(conninfo, **options)
     except psycopg.OperationalError as error:
         refused_startup_parameter(error)
         raise
@@ -185,7 +202,7 @@ def lost_server(error: BaseException, connection: psycopg.Connection[Any] | None
     return sqlstate == "25006" or sqlstate.startswith(("08", "57P"))
 
 
-def abandon(connection: psycopg.Connection[Any]) -> None:
+def abandon(connection: psycopg.BaseConnection[Any]) -> None:
     """Shut the socket of ``connection`` down from any thread.
 
     A thread blocked on it (a frozen server, a commit waiting for a standby) gets
@@ -265,6 +282,25 @@ class Deadlines:
                 self._live.discard(token)
                 log.warning("%s: a call overran its time bound: abandoning its connection", self.name)
                 abandon(connection)
+
+
+class AsyncDeadlines:
+    """:class:`Deadlines` for asyncio: a timer on the event loop per call, no thread."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @contextmanager
+    def bounded(self, connection: psycopg.BaseConnection[Any], seconds: float) -> Iterator[None]:
+        timer = asyncio.get_running_loop().call_later(seconds, self._overran, connection)
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _overran(self, connection: psycopg.BaseConnection[Any]) -> None:
+        log.warning("%s: a call overran its time bound: abandoning its connection", self.name)
+        abandon(connection)
 
 
 def refuse_transaction_pooling(

@@ -28,6 +28,8 @@ from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
 from tenure.testing import patroni, procs
+from tenure.testing.aio import FLAVOURS, Flavour
+from tenure.testing.aio import flavour as make_flavour
 from tenure.testing.database import setup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +154,10 @@ def harness_logs(request: pytest.FixtureRequest, logs: Callable[[], str], title:
         yield
     finally:
         request.config.pluginmanager.unregister(name=title)
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> Iterator[Flavour]:
+    """Each runtime test runs twice: the sync runtime and its asyncio twin (``flavour(Elector, ...)``)."""
+    with make_flavour(request.param) as made:
+        yield made

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tenure import Elector, InvalidArgument, InvalidConfiguration, PrimaryEndpoint, PrimaryWatch
+from tenure.testing.aio import Flavour
 from tenure.testing.history import read_terms
 
 I, T = 0.2, 0.7
@@ -44,9 +45,15 @@ class Recorder:
         return [value for event, value in self.events if event == kind]
 
 
-def elector(conninfo: str, recorder: Recorder, utype: str = "svc") -> Elector:
-    return Elector(
-        conninfo, utype, interval=I, timeout=T, on_elected=recorder.elected, on_demoted=recorder.demoted
+def elector(flavour: Flavour, conninfo: str, recorder: Recorder, utype: str = "svc") -> Elector:
+    return flavour(
+        Elector,
+        conninfo,
+        utype,
+        interval=I,
+        timeout=T,
+        on_elected=recorder.elected,
+        on_demoted=recorder.demoted,
     )
 
 
@@ -59,11 +66,13 @@ def test_bad_configuration_is_refused_before_connecting() -> None:
         Elector("host=/nonexistent", " ", interval=1, timeout=3)
 
 
-def test_one_primary_and_resignation_hands_over_before_expiry(app_conninfo: str, admin: Any) -> None:
+def test_one_primary_and_resignation_hands_over_before_expiry(
+    app_conninfo: str, admin: Any, flavour: Flavour
+) -> None:
     first_events, second_events = Recorder(), Recorder()
-    first = elector(app_conninfo, first_events).start()
+    first = elector(flavour, app_conninfo, first_events).start()
     assert first.wait_until_primary(10)
-    second = elector(app_conninfo, second_events)
+    second = elector(flavour, app_conninfo, second_events)
     with second:
         time.sleep(3 * I)
         assert first.is_primary() and not second.is_primary()
@@ -81,9 +90,11 @@ def test_one_primary_and_resignation_hands_over_before_expiry(app_conninfo: str,
     assert 0 < handover < T - I
 
 
-def test_a_failed_renewal_steps_down_at_once_and_it_comes_back(app_conninfo: str, admin: Any) -> None:
+def test_a_failed_renewal_steps_down_at_once_and_it_comes_back(
+    app_conninfo: str, admin: Any, flavour: Flavour
+) -> None:
     events = Recorder()
-    with elector(app_conninfo, events) as e:
+    with elector(flavour, app_conninfo, events) as e:
         assert e.wait_until_primary(10)
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -98,10 +109,12 @@ def test_a_failed_renewal_steps_down_at_once_and_it_comes_back(app_conninfo: str
         assert events.of("elected") == [1, 2]
 
 
-def test_a_hung_renewal_steps_down_at_t_minus_i(app_conninfo: str, admin_conninfo: str) -> None:
+def test_a_hung_renewal_steps_down_at_t_minus_i(
+    app_conninfo: str, admin_conninfo: str, flavour: Flavour
+) -> None:
     """A renewal stuck behind a lock: the watchdog demotes at T - I after the last renewal was sent."""
     events = Recorder()
-    with elector(app_conninfo, events) as e, psycopg.connect(admin_conninfo) as blocker:
+    with elector(flavour, app_conninfo, events) as e, psycopg.connect(admin_conninfo) as blocker:
         assert e.wait_until_primary(10)
         blocker.execute("SELECT * FROM tenure.heartbeat WHERE utype = 'svc' FOR UPDATE")
         blocked_at = time.monotonic()
@@ -115,9 +128,9 @@ def test_a_hung_renewal_steps_down_at_t_minus_i(app_conninfo: str, admin_conninf
         assert e.wait_until_primary(10)
 
 
-def test_http_endpoint_and_local_watch(app_conninfo: str) -> None:
+def test_http_endpoint_and_local_watch(app_conninfo: str, flavour: Flavour) -> None:
     events = Recorder()
-    with elector(app_conninfo, events) as e, PrimaryEndpoint(e) as endpoint:
+    with elector(flavour, app_conninfo, events) as e, PrimaryEndpoint(e) as endpoint:
         with urllib.request.urlopen(endpoint.url + "/health/live", timeout=5) as live:
             assert live.status == 200
         with pytest.raises(urllib.error.HTTPError) as missing:

@@ -23,7 +23,7 @@ LATE_ONLY = {"cli": {"demo", "bench"}}  # allowed inside a function, never at mo
 
 
 def layer(module: str) -> str:
-    if module == "tenure":
+    if module in ("tenure", "tenure.aio"):
         return "api"
     if module in CORE:
         return "core"

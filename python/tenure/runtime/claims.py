@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 
 from tenure.connect import instance_name
-from tenure.driver import Driver
+from tenure.driver import OPS, Op
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.loop import CycleLoop
@@ -101,9 +101,9 @@ class Claimer(CycleLoop):
 
     # -- the cycle ----------------------------------------------------------------------
 
-    def _cycle(self, driver: Driver) -> None:
+    def _cycle(self) -> Op[None]:
         sent = time.monotonic()
-        grants = driver.claim_cycle(self.keyspace, self.instance_id, expiry=self.expiry)
+        grants = yield from OPS.claim_cycle(self.keyspace, self.instance_id, expiry=self.expiry)
         held = {g.key: g.epoch for g in grants if g.change in ("renewed", "taken") and g.key and g.epoch}
         deadline = sent + self.safe_window
         if time.monotonic() >= deadline:
@@ -126,8 +126,8 @@ class Claimer(CycleLoop):
     def _stopped(self) -> None:
         self._update({}, 0.0, reason="stopped")
 
-    def _leave(self, driver: Driver) -> None:
-        driver.claim_release(self.keyspace, self.instance_id)
+    def _leave(self) -> Op[None]:
+        yield from OPS.claim_release(self.keyspace, self.instance_id)
 
     def _update(self, held: Keys, deadline: float, *, reason: str) -> None:
         with self._state:

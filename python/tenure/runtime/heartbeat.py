@@ -16,13 +16,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from tenure.connect import instance_name
-from tenure.driver import Driver
-from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.driver import OPS, Op
+from tenure.errors import InvalidArgument, InvalidConfiguration, NotPrimary
 from tenure.metrics import Metrics
-from tenure.runtime.loop import GrantLoop
+from tenure.runtime.loop import AsyncGrantLoop, GrantLogic, GrantLoop
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +52,8 @@ class ElectionTiming:
         return self.timeout - self.interval
 
 
-class Elector(GrantLoop):
-    """Runs the election loop for one service type in a background thread.
-
-    ``on_elected(term)`` runs on the election thread when the database confirms this
-    instance as primary; ``on_demoted(reason)`` runs once per term when it stops
-    being primary, on whichever thread noticed first. Use as a context manager:
-    leaving it stops the loop and resigns, so another instance takes over at once.
-    """
+class Election(GrantLogic):
+    """What an elector decides, on threads (:class:`Elector`) or on asyncio (:class:`AsyncElector`)."""
 
     grant_name = "term"
 
@@ -70,8 +65,8 @@ class Elector(GrantLoop):
         interval: float,
         timeout: float,
         name: str | None = None,
-        on_elected: Callable[[int], None] | None = None,
-        on_demoted: Callable[[str], None] | None = None,
+        on_elected: Callable[[int], object] | None = None,
+        on_demoted: Callable[[str], object] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.timing = ElectionTiming(interval=interval, timeout=timeout)
@@ -105,28 +100,17 @@ class Elector(GrantLoop):
         """True only while the last renewal, counted from when it was sent, is within T - I."""
         return self.term is not None
 
-    def wait_until_primary(self, timeout: float | None = None) -> bool:
-        """Block until this instance is primary (True) or ``timeout`` passes (False)."""
-        return self._wait_for_grant(timeout)
-
-    def stop(self, *, resign: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
-        """Stop the loop; with ``resign``, give primacy up in the database at once.
-
-        Takes at most ``grace`` seconds (default T - I), even while the database is away.
-        """
-        super().stop(leave=resign, grace=grace)
-
     # -- the cycle ------------------------------------------------------------------
 
-    def _cycle(self, driver: Driver) -> None:
+    def _cycle(self) -> Op[None]:
         with self._state:
             primary = self._grant is not None
         if not primary:
-            current = driver.get_primary(self.utype)
+            current = yield from OPS.get_primary(self.utype)
             if current is not None and current.instance_id != self.instance_id:
                 return
         sent = time.monotonic()
-        entry = driver.update_heartbeat(
+        entry = yield from OPS.update_heartbeat(
             self.instance_id, self.utype, timeout=self.timing.timeout, interval=self.timing.interval
         )
         if entry.instance_id != self.instance_id:
@@ -136,7 +120,7 @@ class Elector(GrantLoop):
             # The database still names us in a term this instance already stepped down
             # from (a renewal came too late, or the connection failed while the server
             # kept the term). Never take a term up again: end it, and bid afresh.
-            driver.heartbeat_resign(self.instance_id, self.utype)
+            yield from OPS.heartbeat_resign(self.instance_id, self.utype)
             return
         self._confirm(entry.term, sent + self.timing.safe_window, too_late="renewal answered too late")
 
@@ -149,9 +133,9 @@ class Elector(GrantLoop):
     def _stopped(self) -> None:
         self._demote("stopped")
 
-    def _leave(self, driver: Driver) -> None:
+    def _leave(self) -> Op[None]:
         # Even when not primary locally, the entry may still name us: vacate it.
-        driver.heartbeat_resign(self.instance_id, self.utype)
+        yield from OPS.heartbeat_resign(self.instance_id, self.utype)
 
     def _gained(self, term: int) -> None:
         self.metrics.primary.labels(self.utype).set(1)
@@ -164,3 +148,57 @@ class Elector(GrantLoop):
         self.metrics.term.labels(self.utype).set(0)
         self.metrics.demotions.labels(self.utype).inc()
         log.info("%s: no longer primary of %s: %s", self.name, self.utype, reason)
+
+
+class Elector(Election, GrantLoop):
+    """Runs the election loop for one service type in a background thread.
+
+    ``on_elected(term)`` runs on the election thread when the database confirms this
+    instance as primary; ``on_demoted(reason)`` runs once per term when it stops
+    being primary, on whichever thread noticed first. Use as a context manager:
+    leaving it stops the loop and resigns, so another instance takes over at once.
+    """
+
+    def wait_until_primary(self, timeout: float | None = None) -> bool:
+        """Block until this instance is primary (True) or ``timeout`` passes (False)."""
+        return self._wait_for_grant(timeout)
+
+    def stop(self, *, resign: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
+        """Stop the loop; with ``resign``, give primacy up in the database at once.
+
+        Takes at most ``grace`` seconds (default T - I), even while the database is away.
+        """
+        super().stop(leave=resign, grace=grace)
+
+
+class AsyncElector(Election, AsyncGrantLoop):
+    """:class:`Elector` for asyncio: the same election on two tasks of the running event loop.
+
+    ``on_elected`` and ``on_demoted`` run on the event loop; a callback may be a coroutine
+    function (it runs as a task of its own). Use as ``async with``: leaving the block, or
+    the cancellation of the task in it, stops the loop and resigns.
+    """
+
+    async def wait_until_primary(self, timeout: float | None = None) -> bool:
+        """Wait until this instance is primary (True) or ``timeout`` passes (False)."""
+        return await self._wait_for_grant(timeout)
+
+    def leading(self, timeout: float | None = None) -> AbstractAsyncContextManager[int]:
+        """``async with elector.leading() as term:`` runs its body only while primary in ``term``.
+
+        Waits up to ``timeout`` seconds (None: for ever) to be primary, else TimeoutError.
+        When the term ends, or its safe window T - I passes without a renewal, the body is
+        cancelled at once and :class:`~tenure.errors.NotPrimary` raised from the block:
+        code in it cannot run on past the safe window (it is stopped at its next await).
+        """
+        return self._holding_grant(timeout, self._term_lost)
+
+    def _term_lost(self, term: int, reason: str) -> Exception:
+        return NotPrimary(f"{self.name} is no longer primary of {self.utype} in term {term}: {reason}")
+
+    async def stop(self, *, resign: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
+        """Stop the loop; with ``resign``, give primacy up in the database at once.
+
+        Takes at most ``grace`` seconds (default T - I), even while the database is away.
+        """
+        await super().stop(leave=resign, grace=grace)

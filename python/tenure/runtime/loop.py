@@ -7,24 +7,32 @@ waiting on a frozen server."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
 import psycopg
 
-from tenure.connect import Deadlines, connect
-from tenure.driver import Driver
+from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
+from tenure.driver import AsyncDriver, Driver, Op
 from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
-class CycleLoop:
-    """Subclasses implement ``_cycle``, ``_cycle_failed``, ``_holding``, ``_expire`` and ``_leave``."""
+class LoopLogic:
+    """What a loop decides, whichever way it runs: on threads (:class:`CycleLoop`) or as
+    asyncio tasks (:class:`AsyncCycleLoop`). Subclasses implement ``_cycle``,
+    ``_cycle_failed``, ``_holding``, ``_expire``, ``_stopped`` and ``_leave``; ``_cycle``
+    and ``_leave`` are operations (see :mod:`tenure.driver`), so each is written once."""
+
+    _state: Any  # guards what the subclass holds and _deadline: a Condition or an AsyncCondition
 
     def __init__(
         self,
@@ -44,16 +52,11 @@ class CycleLoop:
         self.period = period
         self.safe_window = safe_window
         self.label = label
-        self._state = threading.Condition()  # guards what the subclass holds and _deadline
         self._deadline = 0.0  # monotonic; what is held is valid until then
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._connection: psycopg.Connection[Any] | None = None
-        self._deadlines = Deadlines(label)
 
     # -- to implement ------------------------------------------------------------------
 
-    def _cycle(self, driver: Driver) -> None:
+    def _cycle(self) -> Op[None]:
         raise NotImplementedError
 
     def _cycle_failed(self, reason: str) -> None:
@@ -71,9 +74,45 @@ class CycleLoop:
         """The loop stopped: give up locally."""
         raise NotImplementedError
 
-    def _leave(self, driver: Driver) -> None:
+    def _leave(self) -> Op[None]:
         """Give up in the database (resign, release) on a clean stop."""
         raise NotImplementedError
+
+    # -- shared by both shells ------------------------------------------------------------
+
+    def _failed(self, error: Exception) -> None:
+        """A cycle raised ``error``."""
+        self._cycle_failures.inc()
+        if isinstance(error, psycopg.Error):
+            log.warning("%s: cycle failed: %s", self.label, error)
+            self._cycle_failed(error.__class__.__name__)
+        else:
+            log.error("%s: cycle failed", self.label, exc_info=error)
+            self._cycle_failed(repr(error))
+
+    def _left(self, error: psycopg.Error, end: float) -> bool:
+        """A leave failed with ``error``: whether to give up (too late to try again)."""
+        if time.monotonic() + 0.2 < end:
+            return False
+        log.warning("%s: could not leave cleanly: %s", self.label, error)
+        return True
+
+    def _overdue(self) -> float | None:
+        """Seconds until what is held expires (<= 0: it has), None when nothing is held
+        (called with _state held)."""
+        return self._deadline - time.monotonic() if self._holding() else None
+
+
+class CycleLoop(LoopLogic):
+    """A :class:`LoopLogic` on two threads: the loop and its watchdog."""
+
+    def __init__(self, conninfo: str, **loop: Any) -> None:
+        super().__init__(conninfo, **loop)
+        self._state = threading.Condition()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._connection: psycopg.Connection[Any] | None = None
+        self._deadlines = Deadlines(self.label)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -104,12 +143,11 @@ class CycleLoop:
             try:
                 connection = self._open()
                 with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
-                    self._leave(Driver(connection))
+                    Driver(connection).run(self._leave())
                 break
             except psycopg.Error as error:
                 self._close()
-                if time.monotonic() + 0.2 >= end:
-                    log.warning("%s: could not leave cleanly: %s", self.label, error)
+                if self._left(error, end):
                     break
                 time.sleep(0.2)
         self._close()
@@ -135,9 +173,6 @@ class CycleLoop:
     def _connect(self) -> psycopg.Connection[Any]:
         return connect(self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window)
 
-    def _driver(self) -> Driver:
-        return Driver(self._open())
-
     def _close(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -150,27 +185,19 @@ class CycleLoop:
                 with self._cycle_seconds.time():
                     connection = self._open()
                     with self._deadlines.bounded(connection, self.safe_window):
-                        self._cycle(Driver(connection))
-            except psycopg.Error as error:
-                log.warning("%s: cycle failed: %s", self.label, error)
-                self._cycle_failures.inc()
-                self._close()
-                self._cycle_failed(error.__class__.__name__)
+                        Driver(connection).run(self._cycle())
             except Exception as error:
-                log.exception("%s: cycle failed", self.label)
-                self._cycle_failures.inc()
-                self._cycle_failed(repr(error))
+                if isinstance(error, psycopg.Error):
+                    self._close()
+                self._failed(error)
             next_cycle = max(next_cycle + self.period, time.monotonic())
             self._stopping.wait(next_cycle - time.monotonic())
 
     def _watch_deadline(self) -> None:
         with self._state:
             while not self._stopping.is_set():
-                if not self._holding():
-                    self._state.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
+                left = self._overdue()
+                if left is None or left > 0:
                     self._state.wait(left)
                     continue
                 self._state.release()
@@ -180,8 +207,8 @@ class CycleLoop:
                     self._state.acquire()
 
 
-class GrantLoop(CycleLoop):
-    """A CycleLoop that holds at most one numbered grant at a time, a term or a lock epoch,
+class GrantLogic(LoopLogic):
+    """A loop that holds at most one numbered grant at a time, a term or a lock epoch,
     valid until a deadline on the monotonic clock: the Elector and the ReplicaManager.
 
     ``on_gained(grant)`` and ``on_lost(reason)`` run once per grant; subclasses implement
@@ -194,8 +221,8 @@ class GrantLoop(CycleLoop):
         self,
         conninfo: str,
         *,
-        on_gained: Callable[[int], None] | None,
-        on_lost: Callable[[str], None] | None,
+        on_gained: Callable[[int], object] | None,
+        on_lost: Callable[[str], object] | None,
         **loop: Any,
     ) -> None:
         super().__init__(conninfo, **loop)
@@ -204,6 +231,7 @@ class GrantLoop(CycleLoop):
         self._grant: int | None = None
         self._since = time.monotonic()  # when the grant last changed
         self._last_lost: int | None = None  # the last grant given up locally
+        self._followers: list[Callable[[], None]] = []  # told of every change (async leading())
 
     def _gained(self, grant: int) -> None:
         """A new grant (called without _state)."""
@@ -224,15 +252,9 @@ class GrantLoop(CycleLoop):
                 return 0.0
             return max(0.0, self._deadline - time.monotonic())
 
-    def _wait_for_grant(self, timeout: float | None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._state:
-            while not (self._grant is not None and time.monotonic() < self._deadline):
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state.wait(left)
-            return True
+    def _granted(self) -> bool:
+        """Whether a grant is held and valid (called with _state held)."""
+        return self._grant is not None and time.monotonic() < self._deadline
 
     # -- changes -------------------------------------------------------------------
 
@@ -256,6 +278,7 @@ class GrantLoop(CycleLoop):
             if previous != grant:
                 self._since = time.monotonic()
             self._state.notify_all()
+        self._tell_followers()
         if previous == grant:
             return
         if previous is not None:
@@ -275,13 +298,230 @@ class GrantLoop(CycleLoop):
             self._since = time.monotonic()
             self._last_lost = previous
             self._state.notify_all()
+        self._tell_followers()
         self._lost_grant(previous, reason)
         self._call(self._on_lost, reason)
 
-    def _call(self, callback: Callable[[Any], None] | None, argument: object) -> None:
+    def _tell_followers(self) -> None:
+        for follow in list(self._followers):
+            follow()
+
+    def _call(self, callback: Callable[[Any], object] | None, argument: object) -> None:
         if callback is None:
             return
         try:
-            callback(argument)
+            result = callback(argument)
         except Exception:
             log.exception("%s: callback %r failed", self.label, callback)
+            return
+        if inspect.isawaitable(result):
+            self._schedule(result)
+
+    def _schedule(self, awaitable: Awaitable[object]) -> None:
+        raise TypeError(f"{self.label}: a callback returned an awaitable, which only async runtimes run")
+
+
+class GrantLoop(GrantLogic, CycleLoop):
+    """A :class:`GrantLogic` on threads."""
+
+    def _wait_for_grant(self, timeout: float | None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            while not self._granted():
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state.wait(left)
+            return True
+
+
+class AsyncCondition:
+    """What ``threading.Condition`` is to the threaded loops, for one event loop: a lock
+    (held only between awaits, so never contended) and waiters woken by ``notify_all``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._changed = asyncio.Event()
+
+    def __enter__(self) -> Self:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def notify_all(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Until the next ``notify_all`` or ``timeout`` seconds (called without the lock)."""
+        changed = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
+
+
+class AsyncCycleLoop(LoopLogic):
+    """A :class:`LoopLogic` on two asyncio tasks, the loop and its watchdog: the same
+    decisions as :class:`CycleLoop`, without a thread. Use as ``async with``; leaving the
+    block, or the cancellation of the task in it, stops it as ``stop()`` does.
+
+    Its watchdog runs on the event loop, so it notices an expiry late while the loop is
+    blocked; what the application asks (``term``, ``is_primary()``) reads the clock and
+    is never late, and ``leading()`` cancels at the deadline itself.
+    """
+
+    def __init__(self, conninfo: str, **loop: Any) -> None:
+        super().__init__(conninfo, **loop)
+        self._state = AsyncCondition()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Future[object]] = set()  # callbacks' coroutines
+        self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._deadlines = AsyncDeadlines(self.label)
+
+    async def start(self) -> Self:
+        for work, role in ((self._run(), "loop"), (self._watch_deadline(), "watchdog")):
+            self._tasks.append(asyncio.create_task(work, name=f"tenure-{role}-{self.label}"))
+        return self
+
+    async def stop(self, *, leave: bool = True, grace: float | None = None) -> None:
+        """Stop the loop and give up locally; with ``leave``, in the database too.
+
+        Bounded by ``grace`` seconds (default: the safe window) even while the database
+        is away, as :meth:`CycleLoop.stop`.
+        """
+        end = time.monotonic() + (self.safe_window if grace is None else grace)
+        self._stopping = True
+        with self._state:
+            self._state.notify_all()
+        for task in self._tasks:
+            task.cancel()  # a cycle in flight is abandoned: its grant is given up below
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._stopped()
+        if self._connection is not None and not self._connection.closed:
+            await self._close()  # the cancelled call may have left it mid-statement
+        while leave:
+            try:
+                connection = await self._open()
+                with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
+                    await AsyncDriver(connection).run(self._leave())
+                break
+            except psycopg.Error as error:
+                await self._close()
+                if self._left(error, end):
+                    break
+                await asyncio.sleep(0.2)
+        await self._close()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Shielded: a second cancellation of the enclosing task does not cut the resignation short.
+        await asyncio.shield(self.stop())
+
+    def _schedule(self, awaitable: Awaitable[object]) -> None:
+        future = asyncio.ensure_future(awaitable)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _open(self) -> psycopg.AsyncConnection[Any]:
+        if self._connection is None or self._connection.closed or self._connection.broken:
+            await self._close()
+            self._connection = await self._connect()
+        return self._connection
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await aconnect(
+            self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window
+        )
+
+    async def _close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+    async def _run(self) -> None:
+        next_cycle = time.monotonic()
+        while not self._stopping:
+            try:
+                with self._cycle_seconds.time():
+                    connection = await self._open()
+                    with self._deadlines.bounded(connection, self.safe_window):
+                        await AsyncDriver(connection).run(self._cycle())
+            except Exception as error:
+                if isinstance(error, psycopg.Error):
+                    await self._close()
+                self._failed(error)
+            next_cycle = max(next_cycle + self.period, time.monotonic())
+            await asyncio.sleep(next_cycle - time.monotonic())
+
+    async def _watch_deadline(self) -> None:
+        while not self._stopping:
+            with self._state:
+                left = self._overdue()
+            if left is None or left > 0:
+                await self._state.wait(left)
+                continue
+            self._expire()
+
+
+class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
+    """A :class:`GrantLogic` on asyncio tasks."""
+
+    async def _wait_for_grant(self, timeout: float | None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._state:
+                if self._granted():
+                    return True
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            await self._state.wait(left)
+
+    @contextlib.asynccontextmanager
+    async def _holding_grant(
+        self, timeout: float | None, lost: Callable[[int, str], Exception]
+    ) -> AsyncIterator[int]:
+        """Wait for the grant, then run the body only while it lasts: at the end of its safe
+        window, or as soon as it is given up, the body is cancelled and ``lost(grant, reason)``
+        raised in its place."""
+        if not await self._wait_for_grant(timeout):
+            raise TimeoutError(f"{self.label}: no {self.grant_name} within {timeout} s")
+        with self._state:
+            grant, deadline = self._grant, self._deadline
+        assert grant is not None
+        loop = asyncio.get_running_loop()
+        reason = f"the safe window of {self.grant_name} {grant} passed"
+
+        window = asyncio.timeout_at(loop.time() + deadline - time.monotonic())
+
+        def follow() -> None:  # moves the cancellation with each renewal, or to now
+            nonlocal reason
+            with self._state:
+                current, until = self._grant, self._deadline
+            if current == grant:
+                window.reschedule(loop.time() + until - time.monotonic())
+            else:
+                reason = f"{self.grant_name} {grant} ended"
+                window.reschedule(loop.time())
+
+        try:
+            async with window:
+                self._followers.append(follow)
+                yield grant
+        except TimeoutError as error:
+            if window.expired():
+                raise lost(grant, reason) from error
+            raise
+        finally:
+            if follow in self._followers:
+                self._followers.remove(follow)

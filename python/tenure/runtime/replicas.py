@@ -40,7 +40,7 @@ from typing import Any, Self
 import psycopg
 
 from tenure.connect import connect, instance_name, refuse_transaction_pooling
-from tenure.driver import Driver, ReplicaGrant
+from tenure.driver import OPS, Driver, Op, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
 from tenure.metrics import Metrics
 from tenure.runtime.loop import GrantLoop
@@ -232,14 +232,14 @@ class ReplicaManager(GrantLoop):
         Driver(connection).set_idle_session_timeout(self.timing.idle_timeout)
         return connection
 
-    def _cycle(self, driver: Driver) -> None:
+    def _cycle(self) -> Op[None]:
         with self._state:
             epoch = self._grant
         if epoch is not None:
             sent = time.monotonic()
             try:
                 with self._writing:
-                    driver.replica_ping(
+                    yield from OPS.replica_ping(
                         self.name,
                         epoch,
                         reserve=self.timing.reserve,
@@ -255,14 +255,14 @@ class ReplicaManager(GrantLoop):
             if self._drop_reservation:
                 # Let the others acquire first: drop the reservation, then stay out a while.
                 with self._writing:
-                    driver.replica_release(self.name, counter=self.counter, scope=self.scope)
+                    yield from OPS.replica_release(self.name, counter=self.counter, scope=self.scope)
                 self._drop_reservation = False
                 self._backoff_until = time.monotonic() + self.timing.step_aside
             if time.monotonic() < self._backoff_until:
                 return
             sent = time.monotonic()
             with self._writing:
-                grant = driver.replica_acquire(
+                grant = yield from OPS.replica_acquire(
                     self.name, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
                 )
         except psycopg.Error as error:
@@ -283,8 +283,8 @@ class ReplicaManager(GrantLoop):
     def _stopped(self) -> None:
         self._demote("stopped")
 
-    def _leave(self, driver: Driver) -> None:
-        driver.replica_release(self.name, counter=self.counter, scope=self.scope)
+    def _leave(self) -> Op[None]:
+        yield from OPS.replica_release(self.name, counter=self.counter, scope=self.scope)
 
     # -- role changes ------------------------------------------------------------------
 

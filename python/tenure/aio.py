@@ -1,0 +1,18 @@
+"""tenure for asyncio: the same driver and runtimes as :mod:`tenure`, as coroutines and
+async context managers that run on the application's event loop, without a thread.
+
+- ``AsyncDriver``: one coroutine per SQL function, with the rows and exceptions of
+  ``Driver``, over a ``psycopg.AsyncConnection`` (fence your own writes in the same
+  transaction: ``async with connection.transaction(): await driver.heartbeat_fence(...)``).
+- ``AsyncElector``: ``async with elector.leading() as term:`` runs a body only while
+  primary, cancelled when the term is lost.
+
+Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
+they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
+"""
+
+from tenure.connect import aconnect
+from tenure.driver import AsyncDriver
+from tenure.runtime.heartbeat import AsyncElector
+
+__all__ = ["AsyncDriver", "AsyncElector", "aconnect"]
