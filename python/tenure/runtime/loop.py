@@ -80,6 +80,10 @@ class LoopLogic:
 
     # -- shared by both shells ------------------------------------------------------------
 
+    def _schedule(self, awaitable: Awaitable[object]) -> None:
+        """Run what a callback returned (the async shell runs it as a task)."""
+        raise TypeError(f"{self.label}: a callback returned an awaitable, which only async runtimes run")
+
     def _failed(self, error: Exception) -> None:
         """A cycle raised ``error``."""
         self._cycle_failures.inc()
@@ -316,9 +320,6 @@ class GrantLogic(LoopLogic):
             return
         if inspect.isawaitable(result):
             self._schedule(result)
-
-    def _schedule(self, awaitable: Awaitable[object]) -> None:
-        raise TypeError(f"{self.label}: a callback returned an awaitable, which only async runtimes run")
 
 
 class GrantLoop(GrantLogic, CycleLoop):
