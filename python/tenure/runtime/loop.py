@@ -182,11 +182,16 @@ class CycleLoop(LoopLogic):
             self._connection.close()
             self._connection = None
 
+    def _turn(self) -> contextlib.AbstractContextManager[object]:
+        """Held around each cycle: a runtime whose connection the application uses too (the
+        replica's lock connection) makes the two take turns."""
+        return contextlib.nullcontext()
+
     def _run(self) -> None:
         next_cycle = time.monotonic()
         while not self._stopping.is_set():
             try:
-                with self._cycle_seconds.time():
+                with self._cycle_seconds.time(), self._turn():
                     connection = self._open()
                     with self._deadlines.bounded(connection, self.safe_window):
                         Driver(connection).run(self._cycle())
@@ -449,14 +454,19 @@ class AsyncCycleLoop(LoopLogic):
             await self._connection.close()
             self._connection = None
 
+    def _turn(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """:meth:`CycleLoop._turn` for asyncio."""
+        return contextlib.nullcontext()
+
     async def _run(self) -> None:
         next_cycle = time.monotonic()
         while not self._stopping:
             try:
                 with self._cycle_seconds.time():
-                    connection = await self._open()
-                    with self._deadlines.bounded(connection, self.safe_window):
-                        await AsyncDriver(connection).run(self._cycle())
+                    async with self._turn():
+                        connection = await self._open()
+                        with self._deadlines.bounded(connection, self.safe_window):
+                            await AsyncDriver(connection).run(self._cycle())
             except Exception as error:
                 if isinstance(error, psycopg.Error):
                     await self._close()
@@ -476,6 +486,9 @@ class AsyncCycleLoop(LoopLogic):
 
 class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
     """A :class:`GrantLogic` on asyncio tasks."""
+
+    # GrantLogic comes first in the MRO, and its _schedule refuses awaitables.
+    _schedule = AsyncCycleLoop._schedule
 
     async def _wait_for_grant(self, timeout: float | None) -> bool:
         end = None if timeout is None else time.monotonic() + timeout
