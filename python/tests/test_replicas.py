@@ -361,3 +361,37 @@ def test_cancelling_the_enclosing_task_releases_the_lock(app_conninfo: str, admi
     assert took < 30
     holder = Driver(admin).replica_holder()
     assert holder is None or holder.replica != "leaving"
+
+
+def test_a_cancelled_write_rolls_back_and_keeps_the_lock(app_conninfo: str, admin: Any) -> None:
+    """Cancelling a task in the middle of ``async with manager.write()`` rolls its transaction
+    back; the lock connection stays usable, so the replica stays active in the same epoch."""
+    admin.execute("CREATE TABLE IF NOT EXISTS tenure_demo.replica_test (replica text, epoch bigint)")
+    admin.execute("GRANT INSERT ON tenure_demo.replica_test TO tenure_demo_app")
+    insert = "INSERT INTO tenure_demo.replica_test VALUES (%s, %s)"
+
+    async def scenario() -> None:
+        async with AsyncReplicaManager(app_conninfo, name="writer", interval=I) as manager:
+            assert await manager.wait_until_active(10)
+            epoch = manager.epoch
+            started = asyncio.Event()
+
+            async def slow_write() -> None:
+                async with manager.write() as connection:
+                    await connection.execute(insert, ("cancelled", epoch))
+                    started.set()
+                    await connection.execute("SELECT pg_sleep(30)")
+
+            task = asyncio.create_task(slow_write())
+            await asyncio.wait_for(started.wait(), 10)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(5 * I)  # pings go on, on the same session
+            assert manager.epoch == epoch
+            async with manager.write() as connection:
+                await connection.execute(insert, ("kept", epoch))
+
+    asyncio.run(scenario())
+    rows = admin.execute("SELECT replica, epoch FROM tenure_demo.replica_test").fetchall()
+    assert rows == [("kept", 1)]

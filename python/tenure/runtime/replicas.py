@@ -25,6 +25,9 @@ does both). The passive replicas try to acquire the lock every ``interval``.
 - A transaction-pooling proxy between the replica and the server (pgbouncer with
   ``pool_mode = transaction``) cannot keep a session lock: ``start()`` detects one and
   refuses to run.
+
+``Replication`` holds every decision above; ``ReplicaManager`` runs it on threads and
+``AsyncReplicaManager`` on asyncio tasks (``async with manager.active() as epoch:``).
 """
 
 from __future__ import annotations
@@ -175,7 +178,8 @@ class Replication(GrantLogic):
     # -- writes on the lock connection -----------------------------------------------------
 
     def _writable(self) -> tuple[int, Any]:
-        """The epoch and the lock connection to write in, or NotPrimary (with the turn held)."""
+        """The epoch and the lock connection to write in, or NotPrimary: asked before the
+        turn (a passive replica refuses at once) and again with it held."""
         epoch = self.epoch
         connection = self._connection
         if epoch is None or connection is None or connection.closed:
@@ -208,6 +212,7 @@ class Replication(GrantLogic):
         yield from OPS.set_idle_session_timeout(self.timing.idle_timeout)
 
     def _refuse_pooling(self) -> dict[str, Any]:
+        """What the transaction-pooling check says it refuses, and why."""
         return {"what": "tenure replicas", "needs": "a session advisory lock"}
 
     # -- the cycle (run in the shell's turn on the lock connection) ----------------------
