@@ -487,9 +487,6 @@ class AsyncCycleLoop(LoopLogic):
 class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
     """A :class:`GrantLogic` on asyncio tasks."""
 
-    # GrantLogic comes first in the MRO, and its _schedule refuses awaitables.
-    _schedule = AsyncCycleLoop._schedule
-
     async def _wait_for_grant(self, timeout: float | None) -> bool:
         end = None if timeout is None else time.monotonic() + timeout
         while True:
