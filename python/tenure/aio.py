@@ -6,6 +6,8 @@ async context managers that run on the application's event loop, without a threa
   transaction: ``async with connection.transaction(): await driver.heartbeat_fence(...)``).
 - ``AsyncElector``: ``async with elector.leading() as term:`` runs a body only while
   primary, cancelled when the term is lost.
+- ``AsyncClaimer``: ``async with claimer.holding(key) as epoch:`` runs a body only while
+  the key is held in that epoch, cancelled when the key is lost.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -13,6 +15,7 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
+from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
 
-__all__ = ["AsyncDriver", "AsyncElector", "aconnect"]
+__all__ = ["AsyncClaimer", "AsyncDriver", "AsyncElector", "aconnect"]
