@@ -16,6 +16,7 @@ import pytest
 
 from tenure import ClaimLost, Driver, InvalidArgument, InvalidConfiguration
 from tenure.aio import AsyncClaimer
+from tenure.metrics import Metrics
 from tenure.runtime.claims import Claimer, Keys
 from tenure.testing.aio import Flavour
 from tenure.testing.database import APP_ROLE
@@ -202,6 +203,7 @@ def test_a_renewal_racing_a_takeover_does_not_renew_the_taken_key(
 
 
 # -- AsyncClaimer only: holding(), callbacks that are coroutines, cancellation ---------------
+# Each runs under asyncio.wait_for(..., 60): a body that holding() never cancels fails, not hangs.
 
 
 def async_claimer(conninfo: str, keyspace: str, *, expiry: float = EXPIRY, **options: Any) -> AsyncClaimer:
@@ -214,6 +216,16 @@ async def claimer_pids(admin_conninfo: str, claimer: AsyncClaimer) -> list[int]:
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (f"tenure {claimer.label}",)
         )
         return [row[0] for row in await cursor.fetchall()]
+
+
+async def work_until_cancelled(claimer: AsyncClaimer, key: str, epoch: int, after_loss: list[float]) -> None:
+    """The body of the loss tests: a step every 10 ms; a step that finds ``key`` no longer held
+    in ``epoch`` records when. holding() stops the body at its first await once the key is
+    lost, so at most one step (one the event loop had already made ready) sees the loss."""
+    while True:
+        if claimer.epoch(key) != epoch:
+            after_loss.append(time.monotonic())
+        await asyncio.sleep(0.01)
 
 
 def test_holding_runs_the_body_with_the_epoch_and_keeps_the_key(
@@ -245,7 +257,7 @@ def test_holding_runs_the_body_with_the_epoch_and_keeps_the_key(
         rows = {row.key: row.claimant for row in Driver(admin).claims("hold")}
         assert rows == {"a": None, "b": None}, "leaving the claimer released every key"
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_holding_is_cancelled_when_the_key_is_given_up(
@@ -257,21 +269,21 @@ def test_holding_is_cancelled_when_the_key_is_given_up(
     Driver(admin).claim_register("retire", ["k"])
 
     async def main() -> None:
+        after_loss: list[float] = []
         async with async_claimer(app_conninfo, "retire", expiry=3.0) as claimer:
             claimer_window = claimer.safe_window
             with pytest.raises(ClaimLost, match="given up") as lost:
                 async with claimer.holding("k", timeout=15) as epoch:
                     Driver(admin).claim_retire("retire", ["k"])
                     retired_at = time.monotonic()
-                    while True:
-                        assert claimer.epoch("k") == epoch, "the body ran on after the key was lost"
-                        await asyncio.sleep(0.01)
+                    await work_until_cancelled(claimer, "k", epoch, after_loss)
             took = time.monotonic() - retired_at
             assert took < claimer_window, f"cancelled {took:.3f} s after the retirement"
+            assert len(after_loss) <= 1, f"the body ran on after the loss: {after_loss}"
             assert lost.value.sqlstate == "TN103" and "'k'" in str(lost.value)
             assert claimer.held() == {}
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_holding_is_cancelled_at_the_safe_window_when_renewals_hang(
@@ -280,6 +292,7 @@ def test_holding_is_cancelled_at_the_safe_window_when_renewals_hang(
     Driver(admin).claim_register("hold-hang", ["k"])
 
     async def main() -> None:
+        after_loss: list[float] = []
         async with async_claimer(app_conninfo, "hold-hang") as claimer:
             async with await psycopg.AsyncConnection.connect(admin_conninfo) as blocker:
                 async with claimer.holding("k", timeout=15) as epoch:
@@ -290,18 +303,17 @@ def test_holding_is_cancelled_at_the_safe_window_when_renewals_hang(
                             "SELECT * FROM tenure.claim_instance WHERE keyspace = 'hold-hang' FOR UPDATE"
                         )
                         blocked_at = time.monotonic()
-                        while True:
-                            assert claimer.epoch("k") == epoch
-                            await asyncio.sleep(0.01)
+                        await work_until_cancelled(claimer, "k", epoch, after_loss)
                 took = time.monotonic() - blocked_at
                 # The last renewal that passed was sent at most one cycle before the lock.
                 assert took < EXPIRY - CYCLE + SLACK, f"cancelled {took:.3f} s after renewals hung"
+                assert len(after_loss) <= 1, f"the body ran on after the loss: {after_loss}"
                 assert claimer.held() == {}
                 await blocker.rollback()
             async with claimer.holding("k", timeout=15):
                 pass  # and held again once renewals pass
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_holding_is_cancelled_when_the_claimers_connection_is_killed_and_stays_away(
@@ -312,6 +324,7 @@ def test_holding_is_cancelled_when_the_claimers_connection_is_killed_and_stays_a
     Driver(admin).claim_register("hold-kill", ["k"])
 
     async def main() -> None:
+        after_loss: list[float] = []
         async with async_claimer(app_conninfo, "hold-kill") as claimer:
             with pytest.raises(ClaimLost, match="safe window"):
                 async with claimer.holding("k", timeout=15) as epoch:
@@ -321,17 +334,16 @@ def test_holding_is_cancelled_when_the_claimers_connection_is_killed_and_stays_a
                     try:
                         admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
                         killed_at = time.monotonic()
-                        while True:
-                            assert claimer.epoch("k") == epoch
-                            await asyncio.sleep(0.01)
+                        await work_until_cancelled(claimer, "k", epoch, after_loss)
                     finally:
                         admin.execute(f"ALTER ROLE {APP_ROLE} LOGIN")
             took = time.monotonic() - killed_at
             assert took < EXPIRY - CYCLE + SLACK, f"cancelled {took:.3f} s after the kill"
+            assert len(after_loss) <= 1, f"the body ran on after the loss: {after_loss}"
             async with claimer.holding("k", timeout=15):
                 pass  # back once it can log in again
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_cancelling_the_enclosing_task_leaves_the_blocks_and_releases(
@@ -358,7 +370,7 @@ def test_cancelling_the_enclosing_task_leaves_the_blocks_and_releases(
         assert Driver(admin).claim_instances("cancel") == [], "it left the keyspace"
         assert [row.claimant for row in Driver(admin).claims("cancel")] == [None, None], "and released"
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_a_sync_claimer_refuses_a_coroutine_callback_without_stopping(
@@ -374,3 +386,30 @@ def test_a_sync_claimer_refuses_a_coroutine_callback_without_stopping(
         time.sleep(2 * CYCLE)
         assert claimer.held() == {"k": 1}, "it holds on"
     assert "only AsyncClaimer runs" in caplog.text
+
+
+def test_a_body_that_cleans_up_after_its_cancellation_does_not_break_the_cycle(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Cycles go on while a cancelled body still awaits its clean-up: the change they report
+    to holding() comes after the cancellation and must not fail them."""
+    Driver(admin).claim_register("cleanup", ["k", "other"])
+    metrics = Metrics()
+
+    async def main() -> None:
+        async with async_claimer(app_conninfo, "cleanup", metrics=metrics) as claimer:
+            assert await claimer.wait_for(lambda held: len(held) == 2, 15)
+            with pytest.raises(ClaimLost):
+                async with claimer.holding("k", timeout=15):
+                    try:
+                        Driver(admin).claim_retire("cleanup", ["k"])
+                        await asyncio.sleep(3600)
+                    finally:
+                        await asyncio.sleep(5 * CYCLE)  # cycles run meanwhile
+            assert claimer.held() == {"other": 1}
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    failures = metrics.registry.get_sample_value(
+        "tenure_cycle_failures_total", {"runtime": "claims", "name": "cleanup"}
+    )
+    assert not failures, "no cycle failed"

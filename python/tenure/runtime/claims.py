@@ -237,8 +237,9 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
         the key is lost (released above the fair share, taken over, retired, or not renewed
         within the safe window, expiry - cycle after the last renewal was sent), the body is
         cancelled at once and :class:`~tenure.errors.ClaimLost` raised from the block: code in
-        it cannot run on past the safe window (it is stopped at its next await). The cancellation
-        time moves with every renewal. Leaving the block keeps the key; fence the body's writes
+        it cannot run on past the safe window (it is stopped at its next await; a step the event
+        loop had already made ready still runs once). The cancellation time moves with every
+        renewal. Leaving the block keeps the key; fence the body's writes
         with ``claim_fence(keyspace, instance_id, key, epoch)`` in their transaction.
         """
         return self._holding_key(key, timeout)
@@ -255,6 +256,8 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
 
         def follow() -> None:  # moves the cancellation with each renewal, or to now
             nonlocal reason
+            if window.expired():
+                return  # cancelled already; the body may still await its clean-up
             with self._state:
                 current, until = self._held.get(key), self._deadline
             if current == epoch:
@@ -263,9 +266,9 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
                 reason = "it was given up" if current is None else f"it is held in epoch {current} now"
                 window.reschedule(loop.time())
 
-        self._followers.append(follow)
         try:
             async with window:
+                self._followers.append(follow)
                 yield epoch
         except TimeoutError as error:
             if window.expired():
@@ -274,7 +277,8 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
                 ) from error
             raise
         finally:
-            self._followers.remove(follow)
+            if follow in self._followers:
+                self._followers.remove(follow)
 
     async def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
         """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
