@@ -8,6 +8,8 @@ async context managers that run on the application's event loop, without a threa
   primary, cancelled when the term is lost.
 - ``AsyncReplicaManager``: ``async with manager.active() as epoch:`` and ``async with
   manager.write() as connection:`` on the lock connection, for an active/passive service.
+- ``AsyncClaimer``: ``async with claimer.holding(key) as epoch:`` runs a body only while
+  the key is held in that epoch, cancelled when the key is lost.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -15,7 +17,8 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
+from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
 from tenure.runtime.replicas import AsyncReplicaManager
 
-__all__ = ["AsyncDriver", "AsyncElector", "AsyncReplicaManager", "aconnect"]
+__all__ = ["AsyncClaimer", "AsyncDriver", "AsyncElector", "AsyncReplicaManager", "aconnect"]
