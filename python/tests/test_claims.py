@@ -385,7 +385,7 @@ def test_a_sync_claimer_refuses_a_coroutine_callback_without_stopping(
         assert claimer.wait_for(lambda held: held == {"k": 1}, 15)
         time.sleep(2 * CYCLE)
         assert claimer.held() == {"k": 1}, "it holds on"
-    assert "only AsyncClaimer runs" in caplog.text
+    assert "only async runtimes run" in caplog.text
 
 
 def test_a_body_that_cleans_up_after_its_cancellation_does_not_break_the_cycle(

@@ -14,13 +14,11 @@ block only while the key is held.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
 from tenure.connect import instance_name
@@ -38,10 +36,6 @@ Condition = Callable[[Keys], bool]
 class ClaimLogic(LoopLogic):
     """What a claimer decides, on threads (:class:`Claimer`) or on asyncio (:class:`AsyncClaimer`):
     the configuration, the cycle, the safe window, what was gained and lost, the callbacks."""
-
-    # Runs an awaitable a callback returned: the shell provides it (AsyncCycleLoop on the
-    # event loop; Claimer refuses). Declared, not defined, so that the shell's wins.
-    _schedule: Callable[[Awaitable[object]], None]
 
     def __init__(
         self,
@@ -84,7 +78,6 @@ class ClaimLogic(LoopLogic):
         self._on_gained = on_gained
         self._on_lost = on_lost
         self._held: Keys = {}
-        self._followers: list[Callable[[], None]] = []  # told of every change (async holding())
         self.busy_skips = 0
 
     # -- what the application asks ---------------------------------------------------
@@ -166,20 +159,6 @@ class ClaimLogic(LoopLogic):
         if gained:
             self._call(self._on_gained, gained)
 
-    def _tell_followers(self) -> None:
-        for follow in list(self._followers):
-            follow()
-
-    def _call(self, callback: Callable[[Keys], object] | None, keys: Keys) -> None:
-        if callback is None:
-            return
-        try:
-            result = callback(keys)
-            if inspect.isawaitable(result):
-                self._schedule(result)
-        except Exception:
-            log.exception("%s: claim callback %r failed", self.name, callback)
-
 
 class Claimer(ClaimLogic, CycleLoop):
     """Runs the claim cycle for one keyspace in a background thread.
@@ -202,11 +181,6 @@ class Claimer(ClaimLogic, CycleLoop):
     def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
         """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
         super().stop(leave=release)
-
-    def _schedule(self, awaitable: Awaitable[object]) -> None:
-        if inspect.iscoroutine(awaitable):
-            awaitable.close()  # never awaited: say why instead of a RuntimeWarning
-        raise TypeError(f"{self.label}: a callback returned an awaitable, which only AsyncClaimer runs")
 
 
 class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
@@ -250,35 +224,22 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
             raise TimeoutError(f"{self.label}: {key!r} not held within {timeout} s")
         with self._state:
             epoch, deadline = self._held[key], self._deadline
-        loop = asyncio.get_running_loop()
-        reason = "its safe window passed without a renewal"
-        window = asyncio.timeout_at(loop.time() + deadline - time.monotonic())
 
-        def follow() -> None:  # moves the cancellation with each renewal, or to now
-            nonlocal reason
-            if window.expired():
-                return  # cancelled already; the body may still await its clean-up
-            with self._state:
-                current, until = self._held.get(key), self._deadline
+        def still() -> float | str:
+            current = self._held.get(key)
             if current == epoch:
-                window.reschedule(loop.time() + until - time.monotonic())
-            else:
-                reason = "it was given up" if current is None else f"it is held in epoch {current} now"
-                window.reschedule(loop.time())
+                return self._deadline
+            return "it was given up" if current is None else f"it is held in epoch {current} now"
 
-        try:
-            async with window:
-                self._followers.append(follow)
-                yield epoch
-        except TimeoutError as error:
-            if window.expired():
-                raise ClaimLost(
-                    f"{self.name} no longer holds {key!r} of {self.keyspace} in epoch {epoch}: {reason}"
-                ) from error
-            raise
-        finally:
-            if follow in self._followers:
-                self._followers.remove(follow)
+        def lost(reason: str) -> ClaimLost:
+            return ClaimLost(
+                f"{self.name} no longer holds {key!r} of {self.keyspace} in epoch {epoch}: {reason}"
+            )
+
+        async with self._while_held(
+            deadline, still, lost, expired="its safe window passed without a renewal"
+        ):
+            yield epoch
 
     async def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
         """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
