@@ -37,15 +37,16 @@ def read_writes(connection: psycopg.Connection[Any]) -> list[FencedWrite]:
         return cursor.fetchall()
 
 
+# Both services print what their elector tells them.
+EMIT_CHANGES: dict[str, Any] = {
+    "on_elected": lambda term: emit("elected", term=term),
+    "on_demoted": lambda reason: emit("demoted", reason=reason),
+}
+WORK = "INSERT INTO tenure_demo.work (utype, instance_id, term) VALUES (%s, %s, %s)"
+
+
 def run_service(conninfo: str, utype: str, *, interval: float, timeout: float, work_every: float) -> None:
-    elector = Elector(
-        conninfo,
-        utype,
-        interval=interval,
-        timeout=timeout,
-        on_elected=lambda term: emit("elected", term=term),
-        on_demoted=lambda reason: emit("demoted", reason=reason),
-    )
+    elector = Elector(conninfo, utype, interval=interval, timeout=timeout, **EMIT_CHANGES)
     stop = threading.Event()
 
     def primary_work() -> None:
@@ -58,10 +59,7 @@ def run_service(conninfo: str, utype: str, *, interval: float, timeout: float, w
             try:
                 with work.transaction():
                     driver.heartbeat_fence(elector.instance_id, utype, term)
-                    work.execute(
-                        "INSERT INTO tenure_demo.work (utype, instance_id, term) VALUES (%s, %s, %s)",
-                        (utype, elector.instance_id, term),
-                    )
+                    work.execute(WORK, (utype, elector.instance_id, term))
                 emit("work", term=term)
             except NotPrimary as refused:
                 emit("refused", term=term, detail=refused.detail)
@@ -89,14 +87,7 @@ async def run_async_service(
 ) -> None:
     """``run_service`` as an asyncio service: an ``AsyncElector`` and the primary work in
     ``leading()``, on one event loop and no thread of its own."""
-    elector = AsyncElector(
-        conninfo,
-        utype,
-        interval=interval,
-        timeout=timeout,
-        on_elected=lambda term: emit("elected", term=term),
-        on_demoted=lambda reason: emit("demoted", reason=reason),
-    )
+    elector = AsyncElector(conninfo, utype, interval=interval, timeout=timeout, **EMIT_CHANGES)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
@@ -124,10 +115,7 @@ async def async_primary_work(elector: AsyncElector, conninfo: str, utype: str, *
                     try:
                         async with connection.transaction():
                             await AsyncDriver(connection).heartbeat_fence(elector.instance_id, utype, term)
-                            await connection.execute(
-                                "INSERT INTO tenure_demo.work (utype, instance_id, term) VALUES (%s, %s, %s)",
-                                (utype, elector.instance_id, term),
-                            )
+                            await connection.execute(WORK, (utype, elector.instance_id, term))
                         emit("work", term=term)
                     except NotPrimary as refused:
                         emit("refused", term=term, detail=refused.detail)
