@@ -1,5 +1,5 @@
 """The ``tenure`` command: one module per area (``heartbeat``, ``tasks``, ``claims``,
-``batches``, ``replicas``, ``schedules``) plus ``maintain``, ``status`` and ``deploy``,
+``batches``, ``replicas``, ``schedules``) plus ``maintain``, ``status``, ``dashboard`` and ``deploy``,
 each registering its commands on the shared parser; ``common`` holds what they share.
 
 ``tenure demo`` and ``tenure bench`` import their packages only when run, so no other
@@ -16,7 +16,18 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.cli import batches, claims, deploy, heartbeat, maintain, replicas, schedules, status, tasks
+from tenure.cli import (
+    batches,
+    claims,
+    dashboard,
+    deploy,
+    heartbeat,
+    maintain,
+    replicas,
+    schedules,
+    status,
+    tasks,
+)
 from tenure.cli.common import db_option
 from tenure.deploy import SqitchMissing
 from tenure.errors import TenureError
@@ -38,6 +49,8 @@ EXAMPLES = {
     "replica": "example: tenure replica status --db postgresql://app@db/prod",
     "maintain": "example: tenure maintain --db postgresql://app@db/prod --task-age 7d --retention-every 60",
     "schedule": "example: tenure schedule list --db postgresql://app@db/prod",
+    "dashboard": "example: TENURE_DASHBOARD_TOKEN=s3cret tenure dashboard --db postgresql://app@db/prod "
+    "--http 127.0.0.1:8080",
 }
 GROUPS = (
     "check-primary",
@@ -105,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     replicas.register(command)
     maintain.register(command)
     schedules.register(command)
+    dashboard.register(command)
     return parser
 
 
