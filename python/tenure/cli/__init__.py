@@ -49,8 +49,8 @@ EXAMPLES = {
     "replica": "example: tenure replica status --db postgresql://app@db/prod",
     "maintain": "example: tenure maintain --db postgresql://app@db/prod --task-age 7d --retention-every 60",
     "schedule": "example: tenure schedule list --db postgresql://app@db/prod",
-    "dashboard": "example: TENURE_DASHBOARD_TOKEN=s3cret tenure dashboard --db postgresql://app@db/prod "
-    "--http 127.0.0.1:8080",
+    "dashboard": "example: tenure dashboard --db postgresql://dashboard@db/prod --http 127.0.0.1:8080 "
+    "(operator actions: set TENURE_DASHBOARD_TOKEN or --token)",
 }
 GROUPS = (
     "check-primary",
