@@ -17,15 +17,20 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
+from tenure.cli import main as cli_main
 from tenure.dashboard import DashboardServer, Settings
+from tenure.dashboard.role import check_role, role_problems
 from tenure.driver import Driver
+from tenure.errors import InvalidConfiguration
 from tenure.testing import procs
+from tenure.testing.database import APP_ROLE
 
 EVIL = "<script>alert(1)</script>"
 TOKEN = "s3cret-token"
@@ -290,3 +295,70 @@ def test_the_html_carries_every_name_escaped(dashboard: DashboardServer, workloa
             html = client.get(path).text
             assert EVIL not in html, path
             assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html, path
+
+
+@pytest.fixture
+def make_role(admin: psycopg.Connection[Any], admin_conninfo: str) -> Iterator[Any]:
+    """Create login roles for one test (roles are the cluster's: dropped afterwards)."""
+    made: list[str] = []
+
+    def create(*grants: str) -> str:
+        name = f"tenure_dash_{uuid.uuid4().hex[:8]}"
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        made.append(name)
+        for grant in grants:
+            admin.execute(grant.format(role=name))
+        return make_conninfo(admin_conninfo, user=name)
+
+    yield create
+    for name in reversed(made):
+        admin.execute(f"DROP OWNED BY {name}")
+        admin.execute(f"DROP ROLE {name}")
+
+
+def test_a_member_of_tenure_worker_is_all_the_dashboard_needs(app_conninfo: str) -> None:
+    with psycopg.connect(app_conninfo) as connection:
+        assert role_problems(connection) == (APP_ROLE, [])
+    check_role(app_conninfo)  # raises nothing
+
+
+def test_a_superuser_is_refused_unless_explicitly_allowed(admin_conninfo: str, admin: Any) -> None:
+    user = admin.execute("SELECT current_user").fetchone()[0]
+    with pytest.raises(InvalidConfiguration) as refused:
+        DashboardServer(admin_conninfo, settings=Settings(refresh=0))
+    text = str(refused.value)
+    assert f"refuses to run as role {user!r}: it is a superuser" in text
+    assert "member of tenure_worker" in text and "--allow-privileged-role" in text
+    allowed = Settings(refresh=0, allow_privileged_role=True)
+    with (
+        DashboardServer(admin_conninfo, settings=allowed) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        assert client.get("/").status_code == 200
+
+
+def test_a_role_that_may_write_tenures_tables_is_refused(make_role: Any) -> None:
+    direct = make_role(
+        "GRANT tenure_worker TO {role}",
+        "GRANT USAGE ON SCHEMA tenure TO {role}",
+        "GRANT UPDATE, DELETE ON tenure.task TO {role}",
+    )
+    with pytest.raises(InvalidConfiguration) as refused:
+        check_role(direct)
+    assert "may write tenure's tables directly: UPDATE on tenure.task, DELETE on tenure.task" in str(
+        refused.value
+    )
+    # Through a role it is a member of, too: named.
+    writer = make_role("GRANT INSERT ON tenure.heartbeat TO {role}")
+    writer_name = conninfo_to_dict(writer)["user"]
+    member = make_role(f"GRANT {writer_name} TO {{role}}", "GRANT tenure_worker TO {role}")
+    with pytest.raises(InvalidConfiguration) as refused:
+        check_role(member)
+    assert f"(through its membership in {writer_name}): INSERT on tenure.heartbeat" in str(refused.value)
+
+
+def test_the_command_refuses_a_privileged_role_before_it_listens(admin_conninfo: str, capsys: Any) -> None:
+    assert cli_main(["dashboard", "--db", admin_conninfo, "--http", "127.0.0.1:0"]) == 2
+    captured = capsys.readouterr()
+    assert "it is a superuser" in captured.err and "--allow-privileged-role" in captured.err
+    assert "tenure dashboard at" not in captured.out

@@ -27,12 +27,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if not is_loopback(host) and token is None:
         print(f"tenure: serving {host} beyond this machine, read-only (no --token)", file=sys.stderr)
     where = f"[{host}]" if ":" in host else host
-    print(
-        f"tenure dashboard at http://{where}:{port}/ ({'actions with the token' if token else 'read-only'}); "
-        "Ctrl-C stops it",
-        flush=True,
-    )
-    serve(args.db, host=host, port=port, settings=Settings(token=token, refresh=args.refresh))
+
+    def announce() -> None:
+        print(
+            f"tenure dashboard at http://{where}:{port}/ ({'actions with the token' if token else 'read-only'}); "
+            "Ctrl-C stops it",
+            flush=True,
+        )
+
+    settings = Settings(token=token, refresh=args.refresh, allow_privileged_role=args.allow_privileged_role)
+    serve(args.db, host=host, port=port, settings=settings, announce=announce)
     return 0
 
 
@@ -66,5 +70,12 @@ def register(command: Command) -> None:
         default=5.0,
         metavar="SECONDS",
         help="pages reload every SECONDS (5; 0: never)",
+    )
+    dashboard.add_argument(
+        "--allow-privileged-role",
+        action="store_true",
+        help="start even when the database role is a superuser or may write tenure's tables directly "
+        "(refused otherwise: connect as a member of tenure_worker); for a development database whose "
+        "only login is the superuser, or to look at a database where no such role exists yet",
     )
     dashboard.set_defaults(run=cmd_dashboard)

@@ -36,6 +36,7 @@ from starlette.templating import Jinja2Templates
 
 from tenure.connect import connection_options
 from tenure.dashboard import charts, data
+from tenure.dashboard.role import check_role
 from tenure.driver import Driver
 from tenure.errors import TenureError
 
@@ -47,11 +48,14 @@ DEFAULT_WINDOW = timedelta(minutes=15)
 @dataclass(frozen=True)
 class Settings:
     """``token``: actions are possible only with one; ``refresh``: seconds between page reloads
-    (0: never); ``window``: the span of the charts unless a page asks for another."""
+    (0: never); ``window``: the span of the charts unless a page asks for another;
+    ``allow_privileged_role``: start even when the database role is a superuser or may write
+    tenure's tables directly (see :func:`tenure.dashboard.role.check_role`)."""
 
     token: str | None = None
     refresh: float = 5.0
     window: timedelta = DEFAULT_WINDOW
+    allow_privileged_role: bool = False
 
 
 def plain(value: Any) -> Any:
@@ -253,6 +257,8 @@ class Dashboard:
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
+        if not self.settings.allow_privileged_role:
+            check_role(self.conninfo)
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.conninfo,
             kwargs=connection_options(application_name="tenure dashboard", deadline=10.0),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -59,10 +60,15 @@ class DashboardServer:
         self.dashboard.close()
 
 
-def serve(conninfo: str, *, host: str, port: int, settings: Settings) -> None:
-    """Serve in the foreground until SIGINT or SIGTERM (uvicorn's own handlers)."""
+def serve(
+    conninfo: str, *, host: str, port: int, settings: Settings, announce: Callable[[], None] | None = None
+) -> None:
+    """Serve in the foreground until SIGINT or SIGTERM (uvicorn's own handlers). ``announce``
+    runs once the dashboard has checked its role and connected, before it listens."""
     dashboard = Dashboard(conninfo, settings)
     try:
+        if announce is not None:
+            announce()
         config = uvicorn.Config(dashboard.app, host=host, port=port, log_level="warning", lifespan="off")
         uvicorn.Server(config).run()
     finally:
