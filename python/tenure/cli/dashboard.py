@@ -28,10 +28,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"tenure: serving {host} beyond this machine, read-only (no --token)", file=sys.stderr)
     where = f"[{host}]" if ":" in host else host
 
+    mode = "actions with the token" if token else "read-only"
+
     def announce() -> None:
         print(
-            f"tenure dashboard at http://{where}:{port}/ ({'actions with the token' if token else 'read-only'}); "
-            "Ctrl-C stops it",
+            f"tenure dashboard at http://{where}:{port}/ ({mode}); Ctrl-C stops it",
             flush=True,
         )
 
