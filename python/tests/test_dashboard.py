@@ -264,8 +264,11 @@ def test_every_page_is_json_at_the_same_path(dashboard: DashboardServer, workloa
             assert by_query.status_code == by_header.status_code == 200, path
             assert by_query.headers["content-type"] == "application/json"
             assert set(by_query.json()) == set(by_header.json()), path
+            # A column named like a dict method (keys) must show its value, not the method.
+            assert "built-in method" not in client.get(path).text, path
         overview = client.get("/", params={"format": "json"}).json()
         assert overview["tasks"]["dead"] == 1 and overview["batches"]["halted_keys"] == 1
+        assert "3 keyspaces, 10 keys: " in client.get("/").text
         tasks = client.get("/tasks", params={"format": "json"}).json()
         (dead,) = tasks["dead"]
         assert dead["id"] == str(workload.dead_task) and dead["kind"] == EVIL
