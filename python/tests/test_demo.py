@@ -7,6 +7,7 @@ import io
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,6 @@ from tenure.demo.claims import run_claims_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.live import run_live
 from tenure.demo.tasks import run_task_demo
-from tenure.testing import procs
 from tenure.testing.database import APP_ROLE
 
 
@@ -133,8 +133,11 @@ def test_the_demo_ends_with_the_dashboard_over_a_live_fleet_until_a_signal(
     looker = threading.Thread(target=look)
     looker.start()
     previous = signal.getsignal(signal.SIGTERM)
-    run_live(admin_conninfo, workdir=tmp_path, port=procs.free_port(), rotate=3.0, out=out)
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # the port asked for is taken: another one
+        busy = taken.getsockname()[1]
+        run_live(admin_conninfo, workdir=tmp_path, port=busy, rotate=3.0, out=out)
     looker.join()
+    assert not seen["url"].endswith(f":{busy}")
     assert not failed, failed
     assert signal.getsignal(signal.SIGTERM) is previous, "the demo's handler stays after it ends"
     assert len(seen["children"]) == 6, "2 electors, 2 claimers, 2 task workers"

@@ -33,9 +33,15 @@ class DashboardServer:
         self.dashboard = Dashboard(conninfo, settings or Settings())
         config = uvicorn.Config(self.dashboard.app, host=host, port=port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="tenure dashboard", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="tenure dashboard", daemon=True)
         self.host = host
         self.port = port
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except SystemExit:  # uvicorn exits when it cannot listen; __enter__ raises OSError then
+            pass
 
     @property
     def url(self) -> str:
