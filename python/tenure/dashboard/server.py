@@ -3,6 +3,7 @@ thread (tests, embedding) and :func:`serve` in the foreground until a signal (th
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import threading
 from collections.abc import Callable
@@ -38,10 +39,8 @@ class DashboardServer:
         self.port = port
 
     def _run(self) -> None:
-        try:
+        with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot listen: __enter__ raises OSError
             self.server.run()
-        except SystemExit:  # uvicorn exits when it cannot listen; __enter__ raises OSError then
-            pass
 
     @property
     def url(self) -> str:
