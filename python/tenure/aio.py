@@ -17,8 +17,16 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
+from tenure.runtime.batches import AsyncSubmissionPool
 from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
 from tenure.runtime.replicas import AsyncReplicaManager
 
-__all__ = ["AsyncClaimer", "AsyncDriver", "AsyncElector", "AsyncReplicaManager", "aconnect"]
+__all__ = [
+    "AsyncClaimer",
+    "AsyncDriver",
+    "AsyncElector",
+    "AsyncReplicaManager",
+    "AsyncSubmissionPool",
+    "aconnect",
+]
