@@ -175,6 +175,66 @@ def test_an_invalid_batch_halts_its_key_until_skipped(
     assert ledger.applied["po"] == [b"2.75", b"3.25"]
 
 
+def test_a_batch_goes_only_while_the_database_still_says_its_claim_is_held(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
+    """The last check before submitting asks the database: a key taken over there, before
+    this instance's claimer has noticed, has its remaining batches left pending."""
+    driver = Driver(admin)
+    driver.batch_configure("fence", mode="unconstrained")
+    driver.batch_enqueue_many("fence", [{"key": "po", "payload": p} for p in (b"1", b"2", b"3")])
+    ledger = SimulatedLedger()
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold(batch: BatchGrant) -> None:
+        if batch.seq == 1:
+            entered.set()
+            assert gate.wait(30)
+
+    submit = callbacks(flavour, ledger)["submit"]
+    if flavour.is_async:
+
+        async def gated(batch: BatchGrant) -> None:
+            if batch.seq == 1:
+                entered.set()
+                while not gate.is_set():
+                    await asyncio.sleep(0.01)
+            await submit(batch)
+
+    else:
+
+        def gated(batch: BatchGrant) -> None:  # type: ignore[misc]
+            hold(batch)
+            submit(batch)
+
+    with flavour(
+        SubmissionPool,
+        app_conninfo,
+        "fence",
+        submit=gated,
+        status=callbacks(flavour, ledger)["status"],
+        submitters=3,
+        depth=3,
+        cycle=5.0,
+        expiry=30.0,
+        poll_interval=0.05,
+    ) as pool:
+        assert entered.wait(30)
+        admin.execute(
+            "UPDATE tenure.claim_key SET claimant = gen_random_uuid(), epoch = epoch + 1 "
+            "WHERE keyspace = 'fence' AND key = 'po'"
+        )
+        assert pool.claimer.epoch("po") is not None, "the claimer has not noticed yet"
+        gate.set()
+        assert wait_until(lambda: pool.skipped == 2)
+        assert pool.submitted == 1
+    assert ledger.applied["po"] == [b"1"], "only the batch checked before the takeover went"
+    statuses = admin.execute("SELECT seq, status FROM tenure.batch WHERE keyspace = 'fence' ORDER BY seq")
+    assert [tuple(row) for row in statuses.fetchall()] == [(1, "pending"), (2, "pending"), (3, "pending")], (
+        "left for the key's next holder, whose monitor learns what became of them"
+    )
+
+
 # -- asyncio only ------------------------------------------------------------------------
 
 
