@@ -464,9 +464,23 @@ class Submissions:
         with self._order_changed:
             return [batch for batch in pending if batch.id not in self._unsubmitted]
 
+    def _answers(
+        self, submitted: list[BatchGrant], outcomes: list[str | None]
+    ) -> tuple[list[Resolution], bool]:
+        """What the external system said of each submitted batch: the resolutions to record
+        (under the epoch each batch's key has now), and whether any batch is still in flight."""
+        resolutions = [
+            Resolution(batch.id, batch.claim_epoch, outcome)
+            for batch, outcome in zip(submitted, outcomes, strict=True)
+            if outcome is not None
+        ]
+        return resolutions, len(resolutions) < len(submitted)
+
     def _resolve(self, resolutions: list[Resolution]) -> Op[int]:
         """Resolve what the external system said, in one call; when a key changed hands
         meanwhile, one by one what is still ours. Returns how many were resolved."""
+        if not resolutions:
+            return 0
         instance = self.claimer.instance_id
         try:
             yield from OPS.batch_resolve_many(self.keyspace, instance, resolutions)
@@ -635,14 +649,8 @@ class SubmissionPool(Submissions):
             pending = driver.run(self._pending())
             self.queuer.settle()
             submitted = self._to_ask(pending)
-            resolutions = []
-            for batch in submitted:
-                outcome = self.status(batch)
-                if outcome is not None:
-                    resolutions.append(Resolution(batch.id, batch.claim_epoch, outcome))
-            if not resolutions:
-                return 0, bool(submitted)
-            return driver.run(self._resolve(resolutions)), len(resolutions) < len(submitted)
+            resolutions, in_flight = self._answers(submitted, [self.status(batch) for batch in submitted])
+            return driver.run(self._resolve(resolutions)), in_flight
 
     def _listen(self) -> None:
         """Wake idle submitters when a batch of this queue is enqueued or resolved."""
@@ -810,11 +818,6 @@ class AsyncSubmissionPool(Submissions):
             pending = await driver.run(self._pending())
             await self.queuer.settle()
             submitted = self._to_ask(pending)
-            resolutions = []
-            for batch in submitted:
-                outcome = await _resolved(self.status(batch))
-                if outcome is not None:
-                    resolutions.append(Resolution(batch.id, batch.claim_epoch, outcome))
-            if not resolutions:
-                return 0, bool(submitted)
-            return await driver.run(self._resolve(resolutions)), len(resolutions) < len(submitted)
+            outcomes = [await _resolved(self.status(batch)) for batch in submitted]
+            resolutions, in_flight = self._answers(submitted, outcomes)
+            return await driver.run(self._resolve(resolutions)), in_flight
