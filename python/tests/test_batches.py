@@ -17,6 +17,7 @@ from tenure import ClaimLost, Driver, InvalidConfiguration
 from tenure.aio import AsyncSubmissionPool
 from tenure.driver import BatchGrant, Resolution
 from tenure.errors import InvalidTransition
+from tenure.metrics import Metrics
 from tenure.runtime.batches import SubmissionPool
 from tenure.testing.aio import Flavour
 from tenure.testing.ledger import SimulatedLedger
@@ -131,6 +132,7 @@ def test_pool_delivers_every_key_in_order(
         [{"key": f"po-{k}", "payload": f"{k}:{n}".encode()} for n in range(per_key) for k in range(keys)],
     )
     ledger = SimulatedLedger(keeps_order=keeps_order, max_delay=0.02)
+    metrics = Metrics()
     with flavour(
         SubmissionPool,
         app_conninfo,
@@ -141,12 +143,17 @@ def test_pool_delivers_every_key_in_order(
         cycle=0.2,
         expiry=0.7,
         poll_interval=0.05,
+        metrics=metrics,
     ):
         assert wait_until(lambda: committed(driver, "orders") == keys * per_key)
     for k in range(keys):
         assert ledger.applied[f"po-{k}"] == [f"{k}:{n}".encode() for n in range(per_key)], (
             f"po-{k} out of order"
         )
+    sample = metrics.registry.get_sample_value
+    resolved = sample("tenure_batches_resolved_total", {"keyspace": "orders", "status": "committed"})
+    assert resolved == keys * per_key, "each batch counted once as it was resolved"
+    assert (sample("tenure_batches_submitted_total", {"keyspace": "orders"}) or 0) >= keys * per_key
 
 
 def test_an_invalid_batch_halts_its_key_until_skipped(
