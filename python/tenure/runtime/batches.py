@@ -748,7 +748,10 @@ class AsyncSubmissionPool(Submissions):
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
             self._listener = None
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, results, strict=True):
+            if isinstance(result, Exception):  # as a thread that died would have printed it
+                log.error("%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=result)
         self._tasks.clear()
         await self.claimer.stop()
         await self.pool.close()
