@@ -6,12 +6,12 @@ async context managers that run on the application's event loop, without a threa
   transaction: ``async with connection.transaction(): await driver.heartbeat_fence(...)``).
 - ``AsyncElector``: ``async with elector.leading() as term:`` runs a body only while
   primary, cancelled when the term is lost.
-- ``AsyncSubmissionPool``: the batch queue's submitters and monitor as tasks, with
-  coroutine ``submit`` and ``status``; the same per-key order and checks.
 - ``AsyncReplicaManager``: ``async with manager.active() as epoch:`` and ``async with
   manager.write() as connection:`` on the lock connection, for an active/passive service.
 - ``AsyncClaimer``: ``async with claimer.holding(key) as epoch:`` runs a body only while
   the key is held in that epoch, cancelled when the key is lost.
+- ``AsyncSubmissionPool``: the batch queue's submitters and monitor as tasks, with
+  coroutine ``submit`` and ``status``; the same per-key order and checks.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
