@@ -10,6 +10,8 @@ async context managers that run on the application's event loop, without a threa
   manager.write() as connection:`` on the lock connection, for an active/passive service.
 - ``AsyncClaimer``: ``async with claimer.holding(key) as epoch:`` runs a body only while
   the key is held in that epoch, cancelled when the key is lost.
+- ``AsyncSubmissionPool``: the batch queue's submitters and monitor as tasks, with
+  coroutine ``submit`` and ``status``; the same per-key order and checks.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -17,8 +19,16 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
+from tenure.runtime.batches import AsyncSubmissionPool
 from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
 from tenure.runtime.replicas import AsyncReplicaManager
 
-__all__ = ["AsyncClaimer", "AsyncDriver", "AsyncElector", "AsyncReplicaManager", "aconnect"]
+__all__ = [
+    "AsyncClaimer",
+    "AsyncDriver",
+    "AsyncElector",
+    "AsyncReplicaManager",
+    "AsyncSubmissionPool",
+    "aconnect",
+]

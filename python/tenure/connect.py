@@ -365,6 +365,13 @@ def check_start(conninfo: str, *, application_name: str, listener: str | None) -
             refuse_transaction_pooling(probe, conninfo, what=listener, needs="LISTEN")
 
 
+async def acheck_start(conninfo: str, *, application_name: str, listener: str | None) -> None:
+    """:func:`check_start` for asyncio."""
+    async with await aconnect(conninfo, application_name=application_name, deadline=5.0) as probe:
+        if listener is not None:
+            await arefuse_transaction_pooling(probe, conninfo, what=listener, needs="LISTEN")
+
+
 def listen(
     conninfo: str,
     channel: str,
@@ -405,3 +412,32 @@ def listen(
                 stopping.wait(retry)
     finally:
         deadlines.close()
+
+
+async def alisten(
+    conninfo: str,
+    channel: str,
+    *,
+    name: str,
+    retry: float,
+    on_notify: Callable[[str | None], None],
+    ping_every: float = 5.0,
+) -> None:
+    """:func:`listen` for asyncio, until the task running it is cancelled: the same
+    ``on_notify(None)`` after every (re)connection and the same bounded pings."""
+    deadlines = AsyncDeadlines(f"listen {name}")
+    bound = max(retry, 1.0)
+    while True:
+        try:
+            listener = await aconnect(conninfo, application_name=f"tenure listen {name}", deadline=bound)
+            async with listener as connection:
+                await connection.execute(f"LISTEN {channel}")
+                on_notify(None)
+                while True:
+                    async for notify in connection.notifies(timeout=ping_every):
+                        on_notify(notify.payload)
+                    with deadlines.bounded(connection, bound):
+                        await connection.execute("SELECT 1")
+        except psycopg.Error as error:
+            log.warning("%s: listen failed, polling only until it reconnects: %s", name, error)
+            await asyncio.sleep(retry)

@@ -2,8 +2,10 @@
 batches (one key sends a quarter of them at once; 1,000 batches by default,
 TENURE_QUEUE_BATCHES=20000 for the issue's full size), against a simulated ledger
 process in each of its modes, with an instance killed, one frozen past its claim
-expiry, and (where the ledger forgets) the ledger restarted. The ledger's final
-history must equal applying every valid batch of each key in submission order."""
+expiry, every instance's server sessions terminated, and (where the ledger forgets)
+the ledger restarted; once with asyncio services (AsyncSubmissionPool, ``--async``).
+The ledger's final history must equal applying every valid batch of each key in
+submission order."""
 
 from __future__ import annotations
 
@@ -37,9 +39,14 @@ def processes() -> Iterator[list[Any]]:
 
 
 @pytest.mark.parametrize(
-    ("mode", "reorders", "forgets"),
-    [("unconstrained", False, False), ("serial", True, False), ("serial", False, True)],
-    ids=["keeps-order:unconstrained", "reorders:serial", "forgets:serial"],
+    ("mode", "reorders", "forgets", "asynchronous"),
+    [
+        ("unconstrained", False, False, False),
+        ("serial", True, False, False),
+        ("serial", False, True, False),
+        ("serial", True, True, True),
+    ],
+    ids=["keeps-order:unconstrained", "reorders:serial", "forgets:serial", "async:reorders-forgets:serial"],
 )
 def test_every_key_applied_in_submission_order(
     processes: list[Any],
@@ -49,6 +56,7 @@ def test_every_key_applied_in_submission_order(
     mode: str,
     reorders: bool,
     forgets: bool,
+    asynchronous: bool,
 ) -> None:
     driver = Driver(admin)
     driver.batch_configure("orders", mode=mode, implicit_deps=False)
@@ -62,7 +70,10 @@ def test_every_key_applied_in_submission_order(
         for n, key in enumerate(keys)
     ]
     instances = [
-        QueueProcess(app_conninfo, "orders", ledger.url, tmp_path / f"queue-{n}.log") for n in range(3)
+        QueueProcess(
+            app_conninfo, "orders", ledger.url, tmp_path / f"queue-{n}.log", asynchronous=asynchronous
+        )
+        for n in range(3)
     ]
     processes.extend(instances)
     for start in range(0, len(batches), 500):
@@ -80,12 +91,21 @@ def test_every_key_applied_in_submission_order(
     victim = instances[0]
     victim.signal(signal.SIGKILL)
     victim.process.wait()
-    replacement = QueueProcess(app_conninfo, "orders", ledger.url, tmp_path / "queue-3.log")
+    replacement = QueueProcess(
+        app_conninfo, "orders", ledger.url, tmp_path / "queue-3.log", asynchronous=asynchronous
+    )
     processes.append(replacement)
     frozen = instances[1]
     frozen.signal(signal.SIGSTOP)
     time.sleep(EXPIRY + 0.5)
     frozen.signal(signal.SIGCONT)
+    time.sleep(0.5)
+    # Every server session of every instance (pools, claimers, listeners) ends under it.
+    terminated = admin.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name LIKE 'tenure %' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    assert terminated and terminated[0] >= 3, "each running instance had server sessions to terminate"
     if forgets:
         ledger.client.restart()
     while resolved() < BATCHES and time.monotonic() < deadline:
@@ -107,8 +127,11 @@ def test_every_key_applied_in_submission_order(
     for batch_id, _, _, _, status, attempts, _ in rows:
         if status == "invalid":
             assert report["submissions"].get(str(batch_id), 0) <= attempts, "an invalid batch was resubmitted"
+    for instance in [*instances, replacement]:
+        (started,) = [e for e in instance.events() if e["event"] == "started"]
+        assert (started.get("mode") == "async") == asynchronous, "the service ran in the flavour asked for"
     small = [wait.total_seconds() for _, key, _, _, _, _, wait in rows if key != "flood" and wait is not None]
     print(
-        f"{mode} (reorders={reorders}, forgets={forgets}): {BATCHES} batches, worst wait of a small key "
-        f"{max(small):.2f} s while 'flood' sent {flood}"
+        f"{mode} (reorders={reorders}, forgets={forgets}, async={asynchronous}): {BATCHES} batches, "
+        f"worst wait of a small key {max(small):.2f} s while 'flood' sent {flood}"
     )

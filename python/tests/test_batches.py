@@ -1,18 +1,25 @@
-"""The submission queue through the driver: order, modes, resolution and fencing."""
+"""The submission queue through the driver: order, modes, resolution and fencing; the
+pool's behaviour tests run against SubmissionPool and AsyncSubmissionPool (``flavour``)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
-from tenure import ClaimLost, Driver
-from tenure.driver import Resolution
+from tenure import ClaimLost, Driver, InvalidConfiguration
+from tenure.aio import AsyncSubmissionPool
+from tenure.driver import BatchGrant, Resolution
 from tenure.errors import InvalidTransition
+from tenure.metrics import Metrics
 from tenure.runtime.batches import SubmissionPool
+from tenure.testing.aio import Flavour
 from tenure.testing.ledger import SimulatedLedger
 
 
@@ -81,12 +88,41 @@ def committed(driver: Driver, keyspace: str) -> int:
     return sum(row.committed for row in driver.batch_keys(keyspace))
 
 
+def callbacks(flavour: Flavour, ledger: SimulatedLedger) -> dict[str, Callable[[BatchGrant], Any]]:
+    """The ledger's submit and status for the pool of ``flavour``: coroutine functions for
+    the async pool (each yields to the event loop first, so submitters interleave)."""
+    if not flavour.is_async:
+        return {"submit": ledger.submit, "status": ledger.status}
+
+    async def submit(batch: BatchGrant) -> None:
+        await asyncio.sleep(0)
+        ledger.submit(batch)
+
+    async def status(batch: BatchGrant) -> str | None:
+        await asyncio.sleep(0)
+        return ledger.status(batch)
+
+    return {"submit": submit, "status": status}
+
+
+def test_bad_pool_configuration_is_refused_before_connecting(flavour: Flavour) -> None:
+    ledger = SimulatedLedger()
+    for bad in ({"submitters": 0}, {"depth": 0}, {"poll_interval": 0}, {"cycle": 1.0, "expiry": 1.5}):
+        with pytest.raises(InvalidConfiguration):
+            flavour(SubmissionPool, "host=/nonexistent", "orders", **callbacks(flavour, ledger), **bad)
+
+
 @pytest.mark.parametrize(
     ("mode", "keeps_order", "depth"),
     [("unconstrained", True, 3), ("serial", False, 1), ("serial", True, 2)],
 )
 def test_pool_delivers_every_key_in_order(
-    app_conninfo: str, admin: psycopg.Connection[Any], mode: str, keeps_order: bool, depth: int
+    app_conninfo: str,
+    admin: psycopg.Connection[Any],
+    flavour: Flavour,
+    mode: str,
+    keeps_order: bool,
+    depth: int,
 ) -> None:
     driver = Driver(admin)
     driver.batch_configure("orders", mode=mode)
@@ -96,36 +132,42 @@ def test_pool_delivers_every_key_in_order(
         [{"key": f"po-{k}", "payload": f"{k}:{n}".encode()} for n in range(per_key) for k in range(keys)],
     )
     ledger = SimulatedLedger(keeps_order=keeps_order, max_delay=0.02)
-    with SubmissionPool(
+    metrics = Metrics()
+    with flavour(
+        SubmissionPool,
         app_conninfo,
         "orders",
-        submit=ledger.submit,
-        status=ledger.status,
+        **callbacks(flavour, ledger),
         submitters=4,
         depth=depth,
         cycle=0.2,
         expiry=0.7,
         poll_interval=0.05,
+        metrics=metrics,
     ):
         assert wait_until(lambda: committed(driver, "orders") == keys * per_key)
     for k in range(keys):
         assert ledger.applied[f"po-{k}"] == [f"{k}:{n}".encode() for n in range(per_key)], (
             f"po-{k} out of order"
         )
+    sample = metrics.registry.get_sample_value
+    resolved = sample("tenure_batches_resolved_total", {"keyspace": "orders", "status": "committed"})
+    assert resolved == keys * per_key, "each batch counted once as it was resolved"
+    assert (sample("tenure_batches_submitted_total", {"keyspace": "orders"}) or 0) >= keys * per_key
 
 
 def test_an_invalid_batch_halts_its_key_until_skipped(
-    app_conninfo: str, admin: psycopg.Connection[Any]
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
 ) -> None:
     driver = Driver(admin)
     driver.batch_configure("halt", mode="serial")
     driver.batch_enqueue_many("halt", [{"key": "po", "payload": p} for p in (b"2.75", b"bad", b"3.25")])
     ledger = SimulatedLedger(invalid=lambda payload: payload == b"bad")
-    with SubmissionPool(
+    with flavour(
+        SubmissionPool,
         app_conninfo,
         "halt",
-        submit=ledger.submit,
-        status=ledger.status,
+        **callbacks(flavour, ledger),
         submitters=2,
         cycle=0.2,
         expiry=0.7,
@@ -138,3 +180,150 @@ def test_an_invalid_batch_halts_its_key_until_skipped(
         assert driver.batch_skip("halt", bad[0])
         assert wait_until(lambda: ledger.state().get("po") == b"3.25")
     assert ledger.applied["po"] == [b"2.75", b"3.25"]
+
+
+def test_a_batch_goes_only_while_the_database_still_says_its_claim_is_held(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
+    """The last check before submitting asks the database: a key taken over there, before
+    this instance's claimer has noticed, has its remaining batches left pending."""
+    driver = Driver(admin)
+    driver.batch_configure("fence", mode="unconstrained")
+    driver.batch_enqueue_many("fence", [{"key": "po", "payload": p} for p in (b"1", b"2", b"3")])
+    ledger = SimulatedLedger()
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold(batch: BatchGrant) -> None:
+        if batch.seq == 1:
+            entered.set()
+            assert gate.wait(30)
+
+    submit = callbacks(flavour, ledger)["submit"]
+    if flavour.is_async:
+
+        async def gated(batch: BatchGrant) -> None:
+            if batch.seq == 1:
+                entered.set()
+                while not gate.is_set():
+                    await asyncio.sleep(0.01)
+            await submit(batch)
+
+    else:
+
+        def gated(batch: BatchGrant) -> None:  # type: ignore[misc]
+            hold(batch)
+            submit(batch)
+
+    with flavour(
+        SubmissionPool,
+        app_conninfo,
+        "fence",
+        submit=gated,
+        status=callbacks(flavour, ledger)["status"],
+        submitters=3,
+        depth=3,
+        cycle=5.0,
+        expiry=30.0,
+        poll_interval=0.05,
+    ) as pool:
+        assert entered.wait(30)
+        admin.execute(
+            "UPDATE tenure.claim_key SET claimant = gen_random_uuid(), epoch = epoch + 1 "
+            "WHERE keyspace = 'fence' AND key = 'po'"
+        )
+        assert pool.claimer.epoch("po") is not None, "the claimer has not noticed yet"
+        gate.set()
+        assert wait_until(lambda: pool.skipped == 2)
+        assert pool.submitted == 1
+    assert ledger.applied["po"] == [b"1"], "only the batch checked before the takeover went"
+    statuses = admin.execute("SELECT seq, status FROM tenure.batch WHERE keyspace = 'fence' ORDER BY seq")
+    assert [tuple(row) for row in statuses.fetchall()] == [(1, "pending"), (2, "pending"), (3, "pending")], (
+        "left for the key's next holder, whose monitor learns what became of them"
+    )
+
+
+# -- asyncio only ------------------------------------------------------------------------
+
+
+def test_cancelling_the_task_of_an_async_pool_leaves_it_as_the_block_does(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The pool runs on the event loop alone; cancelling the task inside ``async with``
+    lets the submission in progress finish, then releases the claims at once (a successor
+    takes the key without waiting for the expiry) and leaves no task behind."""
+    driver = Driver(admin)
+    driver.batch_configure("cancel", mode="serial")
+    driver.batch_enqueue_many("cancel", [{"key": "po", "payload": p} for p in (b"1", b"2")])
+    ledger = SimulatedLedger()
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        submitting, go_on = asyncio.Event(), asyncio.Event()
+
+        async def submit(batch: BatchGrant) -> None:
+            submitting.set()
+            await go_on.wait()
+            ledger.submit(batch)
+
+        async def status(batch: BatchGrant) -> str | None:
+            return ledger.status(batch)
+
+        threads = set(threading.enumerate())
+        pool = AsyncSubmissionPool(
+            app_conninfo, "cancel", submit=submit, status=status, submitters=2, cycle=1.0, expiry=30.0
+        )
+
+        async def service() -> None:
+            async with pool:
+                await asyncio.sleep(3600)
+
+        task = asyncio.create_task(service())
+        await asyncio.wait_for(submitting.wait(), 30)
+        seen["new threads"] = [t.name for t in set(threading.enumerate()) - threads]
+        task.cancel()
+        await asyncio.sleep(0.5)
+        seen["done while submitting"] = task.done()
+        go_on.set()
+        try:
+            await asyncio.wait_for(task, 30)
+        except asyncio.CancelledError:
+            seen["cancelled"] = True
+        seen["submitted"] = pool.submitted
+        seen["tasks left"] = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    asyncio.run(scenario())
+    assert seen["new threads"] == [], "the async pool runs without a thread"
+    assert seen["cancelled"] and not seen["done while submitting"], "the submission in progress finishes"
+    assert seen["submitted"] == 1 and ledger.applied["po"] == [b"1"]
+    assert seen["tasks left"] == []
+    successor = uuid.uuid4()
+    taken = driver.claim_take("cancel", successor, expiry=60)
+    assert [(g.key, g.change) for g in taken] == [("po", "taken")], "the claim was released"
+    assert [b.seq for b in driver.batch_pending("cancel", successor)] == [1], (
+        "the batch submitted during the stop is pending for the successor's monitor"
+    )
+
+
+def test_async_pool_takes_plain_callbacks_too(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+    """``submit``/``status`` may return a value instead of an awaitable (called on the loop)."""
+    driver = Driver(admin)
+    driver.batch_configure("plain", mode="serial")
+    driver.batch_enqueue_many("plain", [{"key": "po", "payload": f"{n}".encode()} for n in range(5)])
+    ledger = SimulatedLedger()
+
+    async def scenario() -> None:
+        async with AsyncSubmissionPool(
+            app_conninfo,
+            "plain",
+            submit=ledger.submit,
+            status=ledger.status,
+            cycle=0.2,
+            expiry=0.7,
+            poll_interval=0.05,
+        ):
+            end = time.monotonic() + 30
+            while committed(driver, "plain") < 5 and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert ledger.applied["po"] == [f"{n}".encode() for n in range(5)]

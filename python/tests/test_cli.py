@@ -191,7 +191,8 @@ def test_claim_commands(app_conninfo: str, tmp_path: Path) -> None:
     assert tenure("list", "--keyspace", "cli").stdout.count("unclaimed for") == 2
 
 
-def test_batch_commands(app_conninfo: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_batch_commands(app_conninfo: str, tmp_path: Path, asynchronous: bool) -> None:
     def tenure(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*TENURE, "batch", *args, "--db", app_conninfo, "--keyspace", "cli-ledger"],
@@ -227,7 +228,12 @@ def test_batch_commands(app_conninfo: str, tmp_path: Path) -> None:
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "BATCH_APP_LOG": str(applied)},
+            env={
+                **os.environ,
+                "PYTHONPATH": str(Path(__file__).parent),
+                "BATCH_APP_LOG": str(applied),
+                **({"BATCH_APP_ASYNC": "1"} if asynchronous else {}),
+            },
         )
     try:
         deadline = time.monotonic() + 15
@@ -251,6 +257,7 @@ def test_batch_commands(app_conninfo: str, tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     assert "stopped: 3 submitted" in log.read_text()
+    assert (", asyncio" in log.read_text()) == asynchronous
 
 
 def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any) -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib
+import inspect
 import json
+import signal
 import sys
 import uuid
+from typing import Any
 
 import psycopg
 
 from tenure.cli.common import Command, address, metrics_server, say, subcommands
 from tenure.driver import Driver
-from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.batches import AsyncSubmissionPool, SubmissionPool, Submissions
 from tenure.runtime.shutdown import wait_for_shutdown
 
 EXAMPLES = {
@@ -83,32 +87,56 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     if not callable(submit) or not callable(status):
         print(
             f"tenure: module {args.module} needs SUBMIT(batch) and STATUS(batch) -> "
-            "'committed' | 'invalid' | 'unknown' | None",
+            "'committed' | 'invalid' | 'unknown' | None (coroutine functions: served on asyncio)",
             file=sys.stderr,
         )
         return 2
-    pool = SubmissionPool(
-        args.db,
-        args.keyspace,
-        submit=submit,
-        status=status,
-        submitters=args.submitters,
-        depth=args.depth,
-        cycle=args.cycle,
-        expiry=args.expiry,
-        poll_interval=args.poll_interval,
-        listen=not args.no_listen,
-        name=args.name,
-    )
+    options: dict[str, Any] = {
+        "submit": submit,
+        "status": status,
+        "submitters": args.submitters,
+        "depth": args.depth,
+        "cycle": args.cycle,
+        "expiry": args.expiry,
+        "poll_interval": args.poll_interval,
+        "listen": not args.no_listen,
+        "name": args.name,
+    }
+    if inspect.iscoroutinefunction(submit) or inspect.iscoroutinefunction(status):
+        asyncio.run(_run_async(args, options))  # coroutines: an AsyncSubmissionPool on asyncio
+        return 0
+    pool = SubmissionPool(args.db, args.keyspace, **options)
     with pool, metrics_server(args.metrics, pool.metrics):
-        say(
-            f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
-            f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
-        )
+        _serving(args, pool)
         wait_for_shutdown()
         say("shutting down: releasing every claim")
-    say(f"stopped: {pool.submitted} submitted, {pool.skipped} skipped after losing their key")
+    _stopped(pool)
     return 0
+
+
+async def _run_async(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    pool = AsyncSubmissionPool(args.db, args.keyspace, **options)
+    async with pool:
+        with metrics_server(args.metrics, pool.metrics):
+            _serving(args, pool)
+            await stop.wait()
+            say("shutting down: releasing every claim")
+    _stopped(pool)
+
+
+def _serving(args: argparse.Namespace, pool: Submissions) -> None:
+    say(
+        f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
+        f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
+        f"{', asyncio' if isinstance(pool, AsyncSubmissionPool) else ''}"
+    )
+
+
+def _stopped(pool: Submissions) -> None:
+    say(f"stopped: {pool.submitted} submitted, {pool.skipped} skipped after losing their key")
 
 
 def _keyspace_option(parser: argparse.ArgumentParser) -> None:

@@ -10,34 +10,46 @@ claim is still held in the epoch the batch was selected under, locally and in th
 database (submitters checking at the same time share one call); otherwise the
 batch is left pending for the key's next holder, whose monitor will learn what
 became of it.
+
+The decisions (when to select, whose turn it is, when to skip, what to resolve, how
+soon to ask again) are written once, in :class:`Selection`, :class:`ClaimCheck` and
+:class:`Submissions`; :class:`SubmissionPool` runs them on threads with a blocking
+``submit`` and ``status``, :class:`AsyncSubmissionPool` on asyncio tasks with coroutine
+ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
+import inspect
 import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from uuid import UUID
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.connect import (
+    acheck_start,
+    alisten,
     check_start,
     connection_options,
     instance_name,
     listen,
     watch_commits,
 )
-from tenure.driver import BatchGrant, Driver, Resolution
+from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
-from tenure.runtime.claims import Claimer, Keys
+from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
+from tenure.runtime.loop import AsyncCondition
 
 log = logging.getLogger(__name__)
 
@@ -45,35 +57,89 @@ MONITOR_FIRST_RETRY = 0.005  # seconds: the first re-ask after a submission, dou
 
 Submit = Callable[[BatchGrant], None]
 Status = Callable[[BatchGrant], str | None]  # 'committed', 'invalid', 'unknown', or None: still pending
+AsyncSubmit = Callable[[BatchGrant], Awaitable[None] | None]
+AsyncStatus = Callable[[BatchGrant], Awaitable[str | None] | str | None]
 
 
-class Queuer:
-    """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
+async def _resolved(value: Awaitable[Any] | Any) -> Any:
+    """The value of an async callback: awaited when it is awaitable."""
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _rest(event: asyncio.Event, timeout: float) -> bool:
+    """``threading.Event.wait(timeout)`` then ``clear()``, for asyncio: whether it was set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    was_set = event.is_set()
+    event.clear()
+    return was_set
+
+
+# -- selecting ----------------------------------------------------------------------------
+
+
+class Selection:
+    """What the queuer decides: when to ask the database for batches of the held keys
+    (nothing buffered, something held, and not within ``idle_interval`` of a selection
+    that found nothing, unless poked since), and which batch to hand out next. The
+    shells (:class:`Queuer`, :class:`AsyncQueuer`) hold a lock from the decision to the
+    hand-over, so a selection is registered (``on_selected``) before anyone asks again."""
 
     def __init__(
         self,
-        pool: ConnectionPool[Any],
-        claimer: Claimer,
+        claimer: Claimer | AsyncClaimer,
         *,
         depth: int,
         limit: int,
         idle_interval: float,
         on_selected: Callable[[list[BatchGrant]], None] = lambda batches: None,
     ) -> None:
-        self.pool = pool
         self.on_selected = on_selected
         self.claimer = claimer
         self.depth = depth
         self.limit = limit
         self.idle_interval = idle_interval
         self._buffer: deque[BatchGrant] = deque()
-        self._lock = threading.Lock()
         self._idle_since: float | None = None  # when a selection last found nothing
+        self._pokes = 0  # how many times something may have become eligible (no lock: a counter)
+        self._pokes_seen = 0  # ... as counted when the last selection was sent: idle only if unchanged
 
     def poke(self) -> None:
-        """Something may have become eligible (a batch resolved): select at the next call."""
-        with self._lock:
-            self._idle_since = None
+        """Something may have become eligible (a batch resolved): select at the next call,
+        even if a selection in flight finds nothing."""
+        self._pokes += 1
+
+    def _wants_selection(self) -> bool:
+        idle = (
+            self._idle_since is not None
+            and self._pokes == self._pokes_seen
+            and time.monotonic() - self._idle_since < self.idle_interval
+        )
+        return not self._buffer and not idle and bool(self.claimer.held())
+
+    def _select(self) -> Op[list[BatchGrant]]:
+        self._pokes_seen = self._pokes
+        return OPS.batch_select(
+            self.claimer.keyspace, self.claimer.instance_id, limit=self.limit, depth=self.depth
+        )
+
+    def _take(self, selected: list[BatchGrant]) -> None:
+        self.on_selected(selected)
+        self._buffer.extend(selected)
+        self._idle_since = None if self._buffer else time.monotonic()
+
+    def _hand_out(self) -> BatchGrant | None:
+        return self._buffer.popleft() if self._buffer else None
+
+
+class Queuer(Selection):
+    """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
+
+    def __init__(self, pool: ConnectionPool[Any], claimer: Claimer, **selection: Any) -> None:
+        super().__init__(claimer, **selection)
+        self.pool = pool
+        self._lock = threading.Lock()
 
     def settle(self) -> None:
         """Return once every selection that committed before this call was handed to
@@ -83,64 +149,374 @@ class Queuer:
 
     def next(self) -> BatchGrant | None:
         with self._lock:
-            idle = self._idle_since is not None and time.monotonic() - self._idle_since < self.idle_interval
-            if not self._buffer and not idle and self.claimer.held():
+            if self._wants_selection():
                 with self.pool.connection() as connection:
-                    selected = Driver(connection).batch_select(
-                        self.claimer.keyspace, self.claimer.instance_id, limit=self.limit, depth=self.depth
-                    )
-                self.on_selected(selected)
-                self._buffer.extend(selected)
-                self._idle_since = None if self._buffer else time.monotonic()
-            return self._buffer.popleft() if self._buffer else None
+                    selected = Driver(connection).run(self._select())
+                self._take(selected)
+            return self._hand_out()
 
 
-class HeldCheck:
+class AsyncQueuer(Selection):
+    """:class:`Queuer` for asyncio: ``await next()``."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], claimer: AsyncClaimer, **selection: Any) -> None:
+        super().__init__(claimer, **selection)
+        self.pool = pool
+        self._lock = asyncio.Lock()
+
+    async def settle(self) -> None:
+        """:meth:`Queuer.settle`."""
+        async with self._lock:
+            pass
+
+    async def next(self) -> BatchGrant | None:
+        async with self._lock:
+            if self._wants_selection():
+                async with self.pool.connection() as connection:
+                    selected = await AsyncDriver(connection).run(self._select())
+                self._take(selected)
+            return self._hand_out()
+
+
+# -- the last check before submitting ------------------------------------------------------
+
+
+class ClaimCheck:
     """The submitters' last check, in the database, that a key's claim is still held in
     the epoch a batch was selected under. Concurrent checks share one ``batch_check`` call,
     as a group commit does: a check asked while a call is in flight waits for the next
     call, so every batch is still checked by a call sent after its submitter asked, and is
-    submitted only if that call said the claim was held."""
+    submitted only if that call said the claim was held. A call that fails says no to
+    every check it carried."""
 
-    def __init__(self, pool: ConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
-        self.pool = pool
+    def __init__(self, keyspace: str, instance_id: UUID) -> None:
         self.keyspace = keyspace
         self.instance_id = instance_id
-        self._changed = threading.Condition()
         self._asked: list[list[Any]] = []  # [key, epoch, answer or None]
         self._calling = False
         self.calls = 0
 
-    def held(self, key: str, epoch: int) -> bool:
+    def _ask(self, key: str, epoch: int) -> list[Any]:
         ask: list[Any] = [key, epoch, None]
+        self._asked.append(ask)
+        return ask
+
+    def _waits(self, ask: list[Any]) -> bool:
+        """Whether ``ask`` must wait for the call in flight (or the next one's answer)."""
+        return ask[2] is None and self._calling
+
+    def _begin(self) -> list[list[Any]]:
+        """This caller asks for every check waiting now."""
+        self._calling = True
+        asked, self._asked = self._asked, []
+        self.calls += 1
+        return asked
+
+    def _call(self, asked: list[list[Any]]) -> Op[list[bool]]:
+        return OPS.batch_check(self.keyspace, self.instance_id, [(a[0], a[1]) for a in asked])
+
+    def _failed(self, error: psycopg.Error) -> None:
+        log.warning("%s: checking claims before submitting failed: %s", self.keyspace, error)
+
+    def _answer(self, asked: list[list[Any]], answers: list[bool]) -> None:
+        for n, a in enumerate(asked):
+            a[2] = answers[n] if n < len(answers) else False
+        self._calling = False
+
+
+class HeldCheck(ClaimCheck):
+    """:class:`ClaimCheck` for threads."""
+
+    def __init__(self, pool: ConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
+        super().__init__(keyspace, instance_id)
+        self.pool = pool
+        self._changed = threading.Condition()
+
+    def held(self, key: str, epoch: int) -> bool:
         with self._changed:
-            self._asked.append(ask)
-            while ask[2] is None and self._calling:
+            ask = self._ask(key, epoch)
+            while self._waits(ask):
                 self._changed.wait()
             if ask[2] is not None:
                 return bool(ask[2])
-            self._calling = True  # this thread asks for every check waiting now
-            asked, self._asked = self._asked, []
-            self.calls += 1
+            asked = self._begin()
         answers: list[bool] = []
         try:
             with self.pool.connection() as connection:
-                answers = Driver(connection).batch_check(
-                    self.keyspace, self.instance_id, [(a[0], a[1]) for a in asked]
-                )
+                answers = Driver(connection).run(self._call(asked))
         except psycopg.Error as error:
-            log.warning("%s: checking claims before submitting failed: %s", self.keyspace, error)
+            self._failed(error)
         finally:
             with self._changed:
-                for n, a in enumerate(asked):
-                    a[2] = answers[n] if n < len(answers) else False
-                self._calling = False
+                self._answer(asked, answers)
                 self._changed.notify_all()
         return bool(ask[2])
 
 
-class SubmissionPool:
-    """Submitters and a monitor for one queue (claims keyspace). Use as a context manager."""
+class AsyncHeldCheck(ClaimCheck):
+    """:class:`ClaimCheck` for asyncio (one event loop: no lock between its awaits)."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
+        super().__init__(keyspace, instance_id)
+        self.pool = pool
+        self._changed = AsyncCondition()
+
+    async def held(self, key: str, epoch: int) -> bool:
+        ask = self._ask(key, epoch)
+        while self._waits(ask):
+            await self._changed.wait()
+        if ask[2] is not None:
+            return bool(ask[2])
+        asked = self._begin()
+        answers: list[bool] = []
+        try:
+            async with self.pool.connection() as connection:
+                answers = await AsyncDriver(connection).run(self._call(asked))
+        except psycopg.Error as error:
+            self._failed(error)
+        finally:  # also when cancelled: the checks it carried are answered no
+            self._answer(asked, answers)
+            self._changed.notify_all()
+        return bool(ask[2])
+
+
+# -- the pool -------------------------------------------------------------------------------
+
+
+class Submissions:
+    """What a submission pool decides, on threads (:class:`SubmissionPool`) or on asyncio
+    tasks (:class:`AsyncSubmissionPool`): per-key order among the submitters, the checks
+    before submitting, what to count, what to ask the external system and how to resolve
+    it, and how soon to ask again. The shells only wait and call."""
+
+    _order_changed: Any  # a threading.Condition or an AsyncCondition
+    _wake: Any  # submitters: something may have become eligible (threading or asyncio Event)
+    _resolve_soon: Any  # monitor: something was submitted
+    queuer: Queuer | AsyncQueuer
+
+    def __init__(
+        self,
+        conninfo: str,
+        keyspace: str,
+        *,
+        submitters: int,
+        depth: int,
+        cycle: float,
+        expiry: float,
+        poll_interval: float,
+        listen: bool,
+        name: str | None,
+        metrics: Metrics | None,
+        claimer: type[Claimer] | type[AsyncClaimer],
+    ) -> None:
+        if submitters < 1 or depth < 1:
+            raise InvalidConfiguration(f"need at least one submitter and depth 1: {submitters}, {depth}")
+        if not poll_interval > 0:
+            raise InvalidConfiguration(f"poll interval must be positive, got {poll_interval!r} s")
+        self.keyspace = keyspace
+        self.submitters = submitters
+        self.depth = depth
+        self.expiry = expiry
+        self.poll_interval = poll_interval
+        self.listen = listen
+        self.conninfo = conninfo
+        self.metrics = metrics or Metrics()
+        self.claimer = claimer(
+            conninfo,
+            keyspace,
+            cycle=cycle,
+            expiry=expiry,
+            name=name,
+            on_lost=self._lost,
+            metrics=self.metrics,
+        )
+        self._application_name = f"tenure queue {instance_name(name)}"
+        self._order: dict[str, list[int]] = defaultdict(
+            list
+        )  # per key, sorted: selected seqs not yet submitted
+        # Selected (so pending in the database) but not yet handed to submit(): the
+        # monitor must not ask the external system about these.
+        self._unsubmitted: set[UUID] = set()
+        self._stopping = False
+        self.submitted = 0
+        self.skipped = 0
+
+    def _pool_options(self) -> dict[str, Any]:
+        return {
+            "min_size": 1,
+            "max_size": self.submitters + 2,
+            "kwargs": connection_options(application_name=self._application_name, deadline=self.expiry),
+            "timeout": self.expiry,
+            "open": False,
+        }
+
+    def _queuer_options(self) -> dict[str, Any]:
+        # Idle submitters ask the database at most once per poll interval between them.
+        return {
+            "depth": self.depth,
+            "limit": self.submitters,
+            "idle_interval": self.poll_interval,
+            "on_selected": self._selected,
+        }
+
+    def _start_options(self) -> dict[str, Any]:
+        return {
+            "application_name": "tenure queue probe",
+            "listener": "a queue that listens for new batches" if self.listen else None,
+        }
+
+    # -- submitters ------------------------------------------------------------------
+
+    def _lost(self, keys: Keys) -> None:
+        with self._order_changed:
+            for key in keys:
+                self._order.pop(key, None)
+            self._order_changed.notify_all()
+
+    def _selected(self, batches: list[BatchGrant]) -> None:
+        # Every batch of a selection is registered before any is handed out, so a later
+        # batch of a key cannot overtake an earlier one.
+        with self._order_changed:
+            for batch in batches:
+                # sorted: a batch the ledger lost comes back before later ones still waiting
+                bisect.insort(self._order[batch.key], batch.seq)
+                self._unsubmitted.add(batch.id)
+            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
+        self.metrics.batches_selected.labels(self.keyspace).inc(len(batches))
+
+    def _selection_failed(self, error: psycopg.Error) -> None:
+        log.warning("%s: selecting batches failed: %s", self.keyspace, error)
+
+    def _turn(self, batch: BatchGrant) -> bool | None:
+        """Whether ``batch`` may go now (True), never (False: the key was lost meanwhile,
+        or the pool stops), or must wait for earlier batches of its key (None); called
+        with _order_changed held."""
+        if self._stopping:
+            return False
+        queue = self._order.get(batch.key)
+        if queue is None or batch.seq not in queue:
+            return False
+        return True if queue[0] == batch.seq else None
+
+    def _fenced_locally(self, batch: BatchGrant) -> bool:
+        """The claim of the batch's key is no longer held here in the epoch it was selected
+        under (the database check follows when it still is)."""
+        return self.claimer.epoch(batch.key) != batch.claim_epoch
+
+    def _skip(self) -> None:
+        """Left pending for the key's next holder."""
+        with self._order_changed:
+            self.skipped += 1
+        self.metrics.batches_skipped.labels(self.keyspace).inc()
+
+    def _submit_failed(self, batch: BatchGrant) -> None:
+        log.exception(
+            "%s: submitting batch %s of %s failed; the monitor will ask", self.keyspace, batch.seq, batch.key
+        )
+
+    def _submitted(self, batch: BatchGrant) -> None:
+        # Only now may the monitor ask about it: asked before it reached the external
+        # system, it would read as lost (unknown) and go again.
+        with self._order_changed:
+            self._unsubmitted.discard(batch.id)
+            self.submitted += 1
+            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
+        self.metrics.batches_submitted.labels(self.keyspace).inc()
+        self._resolve_soon.set()
+
+    def _finished(self, batch: BatchGrant) -> None:
+        """The batch's submitter is done with it (submitted, skipped or given up)."""
+        with self._order_changed:
+            queue = self._order.get(batch.key)
+            if queue is not None and batch.seq in queue:
+                queue.remove(batch.seq)
+            self._unsubmitted.discard(batch.id)
+            self._order_changed.notify_all()
+
+    def _poke(self) -> None:
+        """Something may have become eligible: wake the submitters, select again."""
+        self.queuer.poke()
+        self._wake.set()
+
+    def _notified(self, payload: str | None) -> None:
+        """A notification of the channel (None: after the listener (re)connected)."""
+        if payload is None or payload == self.keyspace:
+            self._poke()
+
+    def _stop_waiting(self) -> None:
+        """Stop: every wait of the submitters and the monitor ends now."""
+        self._stopping = True
+        self._wake.set()
+        self._resolve_soon.set()
+        with self._order_changed:
+            self._order_changed.notify_all()
+
+    # -- monitor ------------------------------------------------------------------------
+
+    def _pending(self) -> Op[list[BatchGrant]]:
+        return OPS.batch_pending(self.keyspace, self.claimer.instance_id)
+
+    def _to_ask(self, pending: list[BatchGrant]) -> list[BatchGrant]:
+        """The pending batches to ask the external system about: those already submitted.
+        (A batch selected just before batch_pending read may not be registered as
+        unsubmitted yet: the shell settles the queuer first.)"""
+        self.metrics.queue_pending.labels(self.keyspace).set(len(pending))
+        with self._order_changed:
+            return [batch for batch in pending if batch.id not in self._unsubmitted]
+
+    def _answers(
+        self, submitted: list[BatchGrant], outcomes: list[str | None]
+    ) -> tuple[list[Resolution], bool]:
+        """What the external system said of each submitted batch: the resolutions to record
+        (under the epoch each batch's key has now), and whether any batch is still in flight."""
+        resolutions = [
+            Resolution(batch.id, batch.claim_epoch, outcome)
+            for batch, outcome in zip(submitted, outcomes, strict=True)
+            if outcome is not None
+        ]
+        return resolutions, len(resolutions) < len(submitted)
+
+    def _resolve(self, resolutions: list[Resolution]) -> Op[int]:
+        """Resolve what the external system said, in one call; when a key changed hands
+        meanwhile, one by one what is still ours. Returns how many were resolved."""
+        if not resolutions:
+            return 0
+        instance = self.claimer.instance_id
+        try:
+            yield from OPS.batch_resolve_many(self.keyspace, instance, resolutions)
+            done = resolutions
+        except (ClaimLost, InvalidTransition) as error:
+            log.info("%s: resolving one by one: %s", self.keyspace, error.message)
+            done = []
+            for r in resolutions:
+                try:
+                    yield from OPS.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
+                    done.append(r)
+                except (ClaimLost, InvalidTransition) as error:
+                    log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
+        for r in done:
+            self.metrics.batches_resolved.labels(self.keyspace, r.status).inc()
+        return len(done)
+
+    def _after_monitoring(self, delay: float, resolved: int | None, in_flight: bool) -> float:
+        """After a round of the monitor (``resolved`` None: it failed): wake the submitters
+        when something was resolved; ask again soon, backing off to the poll interval, while
+        submitted batches are still in flight. Returns the next delay."""
+        if resolved:
+            self._poke()
+        return min(delay * 2, self.poll_interval) if in_flight else self.poll_interval
+
+    def _monitor_failed(self, error: Exception) -> None:
+        if isinstance(error, psycopg.Error):
+            log.warning("%s: monitoring failed: %s", self.keyspace, error)
+        else:
+            log.error("%s: the status function failed", self.keyspace, exc_info=error)
+
+
+class SubmissionPool(Submissions):
+    """Submitters and a monitor for one queue (claims keyspace), on threads. Use as a
+    context manager: leaving it lets the submissions in progress finish, then releases
+    the claims (the keys' next holders take over at once)."""
 
     def __init__(
         self,
@@ -158,66 +534,35 @@ class SubmissionPool:
         name: str | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        if submitters < 1 or depth < 1:
-            raise InvalidConfiguration(f"need at least one submitter and depth 1: {submitters}, {depth}")
-        self.keyspace = keyspace
-        self.submit = submit
-        self.status = status
-        self.submitters = submitters
-        self.poll_interval = poll_interval
-        self.listen = listen
-        self.conninfo = conninfo
-        self.metrics = metrics or Metrics()
-        self.claimer = Claimer(
+        super().__init__(
             conninfo,
             keyspace,
+            submitters=submitters,
+            depth=depth,
             cycle=cycle,
             expiry=expiry,
+            poll_interval=poll_interval,
+            listen=listen,
             name=name,
-            on_lost=self._lost,
-            metrics=self.metrics,
+            metrics=metrics,
+            claimer=Claimer,
         )
+        self.submit = submit
+        self.status = status
+        self.claimer: Claimer
         self.pool: ConnectionPool[Any] = ConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=submitters + 2,
-            kwargs=connection_options(
-                application_name=f"tenure queue {instance_name(name)}", deadline=expiry
-            ),
-            configure=watch_commits,
-            timeout=expiry,
-            open=False,
+            conninfo, configure=watch_commits, **self._pool_options()
         )
-        # Idle submitters ask the database at most once per poll interval between them.
-        self.queuer = Queuer(
-            self.pool,
-            self.claimer,
-            depth=depth,
-            limit=submitters,
-            idle_interval=poll_interval,
-            on_selected=self._selected,
-        )
-        self._order: dict[str, list[int]] = defaultdict(
-            list
-        )  # per key, sorted: selected seqs not yet submitted
-        self._order_changed = threading.Condition()
-        # Selected (so pending in the database) but not yet handed to submit(): the
-        # monitor must not ask the external system about these.
-        self._unsubmitted: set[UUID] = set()
+        self.queuer: Queuer = Queuer(self.pool, self.claimer, **self._queuer_options())
         self._check = HeldCheck(self.pool, keyspace, self.claimer.instance_id)
-        self._stopping = threading.Event()
-        self._wake = threading.Event()  # submitters: something may have become eligible
-        self._resolve_soon = threading.Event()  # monitor: something was submitted
+        self._order_changed = threading.Condition()
+        self._listening = threading.Event()  # set: the listener stops
+        self._wake = threading.Event()
+        self._resolve_soon = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.submitted = 0
-        self.skipped = 0
 
     def start(self) -> SubmissionPool:
-        check_start(
-            self.conninfo,
-            application_name="tenure queue probe",
-            listener="a queue that listens for new batches" if self.listen else None,
-        )
+        check_start(self.conninfo, **self._start_options())
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
         targets = [self._submitter] * self.submitters + [self._monitor]
@@ -230,11 +575,8 @@ class SubmissionPool:
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        self._resolve_soon.set()
-        with self._order_changed:
-            self._order_changed.notify_all()
+        self._stop_waiting()
+        self._listening.set()
         for thread in self._threads:
             thread.join()
         self._threads.clear()
@@ -249,20 +591,12 @@ class SubmissionPool:
     ) -> None:
         self.stop()
 
-    # -- submitters ------------------------------------------------------------------
-
-    def _lost(self, keys: Keys) -> None:
-        with self._order_changed:
-            for key in keys:
-                self._order.pop(key, None)
-            self._order_changed.notify_all()
-
     def _submitter(self) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping:
             try:
                 batch = self.queuer.next()
             except psycopg.Error as error:
-                log.warning("%s: selecting batches failed: %s", self.keyspace, error)
+                self._selection_failed(error)
                 batch = None
             if batch is None:
                 self._wake.wait(self.poll_interval)
@@ -271,140 +605,222 @@ class SubmissionPool:
             try:
                 self._submit_in_order(batch)
             finally:
-                with self._order_changed:
-                    queue = self._order.get(batch.key)
-                    if queue is not None and batch.seq in queue:
-                        queue.remove(batch.seq)
-                    self._unsubmitted.discard(batch.id)
-                    self._order_changed.notify_all()
-
-    def _selected(self, batches: list[BatchGrant]) -> None:
-        # Every batch of a selection is registered before any is handed out, so a later
-        # batch of a key cannot overtake an earlier one.
-        with self._order_changed:
-            for batch in batches:
-                # sorted: a batch the ledger lost comes back before later ones still waiting
-                bisect.insort(self._order[batch.key], batch.seq)
-                self._unsubmitted.add(batch.id)
-            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
-        self.metrics.batches_selected.labels(self.keyspace).inc(len(batches))
+                self._finished(batch)
 
     def _submit_in_order(self, batch: BatchGrant) -> None:
         with self._order_changed:
-            while not self._stopping.is_set():
-                queue = self._order.get(batch.key)
-                if queue is None or batch.seq not in queue:
-                    return  # the key was lost meanwhile
-                if queue[0] == batch.seq:
-                    break
+            while (turn := self._turn(batch)) is None:
                 self._order_changed.wait(0.5)
-            else:
-                return
-        if self.claimer.epoch(batch.key) != batch.claim_epoch or not self._still_held(batch):
-            with self._order_changed:
-                self.skipped += 1
-            self.metrics.batches_skipped.labels(self.keyspace).inc()
+        if not turn:
+            return
+        if self._fenced_locally(batch) or not self._check.held(batch.key, batch.claim_epoch):
+            self._skip()
             return
         try:
             self.submit(batch)
         except Exception:
-            log.exception(
-                "%s: submitting batch %s of %s failed; the monitor will ask",
-                self.keyspace,
-                batch.seq,
-                batch.key,
-            )
-        # Only now may the monitor ask about it: asked before it reached the external
-        # system, it would read as lost (unknown) and go again.
-        with self._order_changed:
-            self._unsubmitted.discard(batch.id)
-            self.submitted += 1
-            self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
-        self.metrics.batches_submitted.labels(self.keyspace).inc()
-        self._resolve_soon.set()
-
-    def _still_held(self, batch: BatchGrant) -> bool:
-        return self._check.held(batch.key, batch.claim_epoch)
-
-    # -- monitor ------------------------------------------------------------------------
+            self._submit_failed(batch)
+        self._submitted(batch)
 
     def _monitor(self) -> None:
         """Asks the external system about pending batches right after submissions, again
         soon (backing off up to the poll interval) while some are still in flight, and
         every poll interval; resolves what it learned in one call."""
         delay = self.poll_interval
-        while not self._stopping.is_set():
+        while not self._stopping:
             if self._resolve_soon.wait(delay):
                 delay = MONITOR_FIRST_RETRY
             self._resolve_soon.clear()
-            if self._stopping.is_set():
+            if self._stopping:
                 return
+            resolved: int | None = None
+            in_flight = False
             try:
                 resolved, in_flight = self._resolve_pending()
-                if resolved:
-                    self.queuer.poke()
-                    self._wake.set()
-            except psycopg.Error as error:
-                log.warning("%s: monitoring failed: %s", self.keyspace, error)
-                in_flight = False
-            except Exception:
-                log.exception("%s: the status function failed", self.keyspace)
-                in_flight = False
-            delay = min(delay * 2, self.poll_interval) if in_flight else self.poll_interval
+            except Exception as error:
+                self._monitor_failed(error)
+            delay = self._after_monitoring(delay, resolved, in_flight)
 
     def _resolve_pending(self) -> tuple[int, bool]:
         """Resolves what the external system knows; returns how many, and whether any
         submitted batch is still in flight."""
-        instance = self.claimer.instance_id
         with self.pool.connection() as connection:
             driver = Driver(connection)
-            pending = driver.batch_pending(self.keyspace, instance)
-            self.metrics.queue_pending.labels(self.keyspace).set(len(pending))
-            # A batch selected just before batch_pending read may not be registered as
-            # unsubmitted yet: asked about, it would read as lost (unknown) and go again.
+            pending = driver.run(self._pending())
             self.queuer.settle()
-            with self._order_changed:
-                submitted = [batch for batch in pending if batch.id not in self._unsubmitted]
-            resolutions = []
-            for batch in submitted:
-                outcome = self.status(batch)
-                if outcome is not None:
-                    resolutions.append(Resolution(batch.id, batch.claim_epoch, outcome))
-            in_flight = len(resolutions) < len(submitted)
-            if not resolutions:
-                return 0, in_flight
-            try:
-                driver.batch_resolve_many(self.keyspace, instance, resolutions)
-                done = resolutions
-            except (ClaimLost, InvalidTransition) as error:
-                # A key changed hands meanwhile: resolve, one by one, what is still ours.
-                log.info("%s: resolving one by one: %s", self.keyspace, error.message)
-                done = []
-                for r in resolutions:
-                    try:
-                        driver.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
-                        done.append(r)
-                    except (ClaimLost, InvalidTransition) as error:
-                        log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
-            for r in done:
-                self.metrics.batches_resolved.labels(self.keyspace, r.status).inc()
-            return len(done), in_flight
-
-    # -- notifications ----------------------------------------------------------------
+            submitted = self._to_ask(pending)
+            resolutions, in_flight = self._answers(submitted, [self.status(batch) for batch in submitted])
+            return driver.run(self._resolve(resolutions)), in_flight
 
     def _listen(self) -> None:
         """Wake idle submitters when a batch of this queue is enqueued or resolved."""
-
-        def on_notify(payload: str | None) -> None:
-            if payload is None or payload == self.keyspace:
-                self.queuer.poke()
-                self._wake.set()
-
         listen(
             self.conninfo,
             "tenure_batch",
             name=f"{self.keyspace} {self.claimer.name}",
-            stopping=self._stopping,
+            stopping=self._listening,
             retry=self.poll_interval,
-            on_notify=on_notify,
+            on_notify=self._notified,
         )
+
+
+class AsyncSubmissionPool(Submissions):
+    """:class:`SubmissionPool` for asyncio: the same submitters and monitor as tasks of the
+    running event loop, with the same order, checks and resolution, and no thread.
+
+    ``submit(batch)`` and ``status(batch)`` are coroutine functions (a plain function is
+    called on the event loop, so it must not block). Use as ``async with``: leaving the
+    block, or the cancellation of the task in it, lets the submissions in progress finish,
+    then releases the claims, as leaving a :class:`SubmissionPool` does.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        keyspace: str,
+        *,
+        submit: AsyncSubmit,
+        status: AsyncStatus,
+        submitters: int = 8,
+        depth: int = 1,
+        cycle: float = 1.0,
+        expiry: float = 3.0,
+        poll_interval: float = 0.2,
+        listen: bool = True,
+        name: str | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        super().__init__(
+            conninfo,
+            keyspace,
+            submitters=submitters,
+            depth=depth,
+            cycle=cycle,
+            expiry=expiry,
+            poll_interval=poll_interval,
+            listen=listen,
+            name=name,
+            metrics=metrics,
+            claimer=AsyncClaimer,
+        )
+        self.submit = submit
+        self.status = status
+        self.claimer: AsyncClaimer
+
+        async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
+            watch_commits(connection)
+
+        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo, configure=configure, **self._pool_options()
+        )
+        self.queuer: AsyncQueuer = AsyncQueuer(self.pool, self.claimer, **self._queuer_options())
+        self._check = AsyncHeldCheck(self.pool, keyspace, self.claimer.instance_id)
+        self._order_changed = AsyncCondition()
+        self._wake = asyncio.Event()
+        self._resolve_soon = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
+
+    async def start(self) -> Self:
+        await acheck_start(self.conninfo, **self._start_options())
+        await self.pool.open(wait=True, timeout=30)
+        await self.claimer.start()
+        for n in range(self.submitters):
+            self._tasks.append(asyncio.create_task(self._submitter(), name=f"tenure-queue-{n}"))
+        self._tasks.append(asyncio.create_task(self._monitor(), name="tenure-queue-monitor"))
+        if self.listen:
+            self._listener = asyncio.create_task(
+                alisten(
+                    self.conninfo,
+                    "tenure_batch",
+                    name=f"{self.keyspace} {self.claimer.name}",
+                    retry=self.poll_interval,
+                    on_notify=self._notified,
+                ),
+                name="tenure-queue-listen",
+            )
+        return self
+
+    async def stop(self) -> None:
+        """Let the submissions in progress finish, stop, and release the claims."""
+        self._stop_waiting()
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, results, strict=True):
+            if isinstance(result, Exception):  # as a thread that died would have printed it
+                log.error("%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=result)
+        self._tasks.clear()
+        await self.claimer.stop()
+        await self.pool.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Shielded: a second cancellation of the enclosing task does not cut the stop short.
+        await asyncio.shield(self.stop())
+
+    async def _submitter(self) -> None:
+        while not self._stopping:
+            try:
+                batch = await self.queuer.next()
+            except psycopg.Error as error:
+                self._selection_failed(error)
+                batch = None
+            if batch is None:
+                await _rest(self._wake, self.poll_interval)
+                continue
+            try:
+                await self._submit_in_order(batch)
+            finally:
+                self._finished(batch)
+
+    async def _submit_in_order(self, batch: BatchGrant) -> None:
+        while True:
+            with self._order_changed:
+                turn = self._turn(batch)
+            if turn is not None:
+                break
+            await self._order_changed.wait(0.5)
+        if not turn:
+            return
+        if self._fenced_locally(batch) or not await self._check.held(batch.key, batch.claim_epoch):
+            self._skip()
+            return
+        try:
+            await _resolved(self.submit(batch))
+        except Exception:
+            self._submit_failed(batch)
+        self._submitted(batch)
+
+    async def _monitor(self) -> None:
+        """:meth:`SubmissionPool._monitor`."""
+        delay = self.poll_interval
+        while not self._stopping:
+            if await _rest(self._resolve_soon, delay):
+                delay = MONITOR_FIRST_RETRY
+            if self._stopping:
+                return
+            resolved: int | None = None
+            in_flight = False
+            try:
+                resolved, in_flight = await self._resolve_pending()
+            except Exception as error:
+                self._monitor_failed(error)
+            delay = self._after_monitoring(delay, resolved, in_flight)
+
+    async def _resolve_pending(self) -> tuple[int, bool]:
+        """:meth:`SubmissionPool._resolve_pending`."""
+        async with self.pool.connection() as connection:
+            driver = AsyncDriver(connection)
+            pending = await driver.run(self._pending())
+            await self.queuer.settle()
+            submitted = self._to_ask(pending)
+            outcomes = [await _resolved(self.status(batch)) for batch in submitted]
+            resolutions, in_flight = self._answers(submitted, outcomes)
+            return await driver.run(self._resolve(resolutions)), in_flight

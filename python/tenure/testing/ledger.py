@@ -14,12 +14,14 @@ last batch applied to it, as a purchase order's price is its last change.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import random
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,6 +209,48 @@ class LedgerClient:
     def report(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + "/", timeout=self.timeout) as response:
             return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+class AsyncLedgerClient:
+    """:class:`LedgerClient` for an AsyncSubmissionPool: coroutine ``submit`` and ``status``
+    over asyncio streams (HTTP/1.0, one connection per request), no thread."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self.timeout = timeout
+
+    async def _post(self, path: str, batch: BatchGrant) -> dict[str, Any]:
+        body = json.dumps(
+            {
+                "id": str(batch.id),
+                "key": batch.key,
+                "seq": batch.seq,
+                "payload": base64.b64encode(batch.payload).decode(),
+            }
+        ).encode()
+        async with asyncio.timeout(self.timeout):
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                writer.write(
+                    f"POST {path} HTTP/1.0\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                response = await reader.read()
+            finally:
+                writer.close()
+        head, _, payload = response.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.0 200") and not head.startswith(b"HTTP/1.1 200"):
+            raise OSError(f"ledger {path}: {head.splitlines()[0] if head else b'no answer'!r}")
+        return json.loads(payload)  # type: ignore[no-any-return]
+
+    async def submit(self, batch: BatchGrant) -> None:
+        await self._post("/submit", batch)
+
+    async def status(self, batch: BatchGrant) -> str | None:
+        return (await self._post("/status", batch))["status"]  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> None:
