@@ -6,6 +6,8 @@ async context managers that run on the application's event loop, without a threa
   transaction: ``async with connection.transaction(): await driver.heartbeat_fence(...)``).
 - ``AsyncElector``: ``async with elector.leading() as term:`` runs a body only while
   primary, cancelled when the term is lost.
+- ``AsyncTaskWorker``: ``async def`` processors, cancelled when their lease is lost; an
+  outcome's async ``writes`` run on its AsyncConnection, in the transition's transaction.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -14,5 +16,6 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
 from tenure.runtime.heartbeat import AsyncElector
+from tenure.runtime.tasks import AsyncTaskWorker
 
-__all__ = ["AsyncDriver", "AsyncElector", "aconnect"]
+__all__ = ["AsyncDriver", "AsyncElector", "AsyncTaskWorker", "aconnect"]

@@ -184,7 +184,7 @@ def durable_transaction(connection: psycopg.Connection[Any]) -> Iterator[psycopg
     confirm_commit(connection)
 
 
-def lost_server(error: BaseException, connection: psycopg.Connection[Any] | None = None) -> bool:
+def lost_server(error: BaseException, connection: psycopg.BaseConnection[Any] | None = None) -> bool:
     """Whether ``error`` means this connection no longer reaches a writable primary.
 
     A broken connection, a terminated or shut down backend (57P01-57P03), a
@@ -323,16 +323,22 @@ def refuse_transaction_pooling(
         for _ in range(3):
             other = pid(probe)
             again = pid(connection)
-            if other == first or again != first:
-                raise InvalidConfiguration(
-                    f"{what} cannot run through a transaction-pooling proxy: {needs} belongs to a server "
-                    "session, which other clients share there",
-                    detail=f"Two connections were served by server process {first}."
-                    if other == first
-                    else f"One connection was served by server processes {first} and {again}.",
-                    hint="Connect it to PostgreSQL directly or through a session-pooling proxy "
-                    "(pgbouncer pool_mode = session).",
-                )
+            refuse_pooled_pids(first, other, again, what=what, needs=needs)
+
+
+def refuse_pooled_pids(first: int, other: int, again: int, *, what: str, needs: str) -> None:
+    """The verdict of :func:`refuse_transaction_pooling` (and of its async twins) on the server
+    processes seen: ``first`` and ``again`` by one connection, ``other`` by a second one."""
+    if other == first or again != first:
+        raise InvalidConfiguration(
+            f"{what} cannot run through a transaction-pooling proxy: {needs} belongs to a server "
+            "session, which other clients share there",
+            detail=f"Two connections were served by server process {first}."
+            if other == first
+            else f"One connection was served by server processes {first} and {again}.",
+            hint="Connect it to PostgreSQL directly or through a session-pooling proxy "
+            "(pgbouncer pool_mode = session).",
+        )
 
 
 def check_start(conninfo: str, *, application_name: str, listener: str | None) -> None:
