@@ -241,6 +241,7 @@ class TaskLogic:
         self._due = True  # whether tasks may be due: until an acquisition comes back short
         self._stop_requested = False  # no more new tasks
         self._closed = False  # no more leases kept either
+        self._metric_children: dict[tuple[int, str], Any] = {}
 
     def _check_processor(self, key: str | tuple[str, str], processor: Any) -> None:
         """Refuse a processor this shell cannot run (the async worker takes coroutines only)."""
@@ -372,7 +373,7 @@ class TaskLogic:
                 self._in_flight[task.id] = task
                 self._running += 1
                 self.stats.acquired += 1
-            self.metrics.tasks_acquired.labels(task.kind).inc()
+            self._metric(self.metrics.tasks_acquired, task.kind).inc()
             self.metrics.tasks_in_flight.inc()
             tasks.append(task)
         return tasks
@@ -429,6 +430,18 @@ class TaskLogic:
     def _interrupt(self, task: Task) -> None:
         """The task is lost: stop its processor if this shell can (the async one cancels it)."""
 
+    def _expire_leases(self) -> float:
+        """Lose every task past its safe window; the seconds until the next one ends (at most
+        the safe window: a task leased later ends later, an extension only moves an end on)."""
+        now = time.monotonic()
+        earliest = now + self.safe_window
+        for task in self._held():
+            if task.valid_until <= now:
+                self._lose(task, "no lease extension within the safe window")
+            elif task.valid_until < earliest:
+                earliest = task.valid_until
+        return earliest - now
+
     # -- stopping ----------------------------------------------------------------------------
 
     def _unfinished(self) -> list[Task]:
@@ -459,7 +472,9 @@ class TaskLogic:
                 task, TypeError(f"the processor returned {outcome!r}, not Complete, Next, Release or Fail")
             )
         try:
-            json.dumps(getattr(outcome, "data", None))  # data the round trip cannot send fails here
+            data = getattr(outcome, "data", None)
+            if data is not None:
+                json.dumps(data)  # data the round trip cannot send fails here
         except Exception as error:
             return self._processor_failed(task, error)
         return outcome
@@ -520,9 +535,17 @@ class TaskLogic:
             elif isinstance(outcome, Fail):
                 self.stats.failed += 1
         if isinstance(outcome, Complete):
-            self.metrics.tasks_completed.labels(task.kind).inc()
+            self._metric(self.metrics.tasks_completed, task.kind).inc()
         elif isinstance(outcome, Fail):
-            self.metrics.tasks_failed.labels(task.kind).inc()
+            self._metric(self.metrics.tasks_failed, task.kind).inc()
+
+    def _metric(self, family: Any, kind: str) -> Any:
+        """``family.labels(kind)``, looked up once per kind (it costs microseconds per task)."""
+        key = (id(family), kind)
+        child = self._metric_children.get(key)
+        if child is None:
+            child = self._metric_children[key] = family.labels(kind)
+        return child
 
     def _discard(self, task: Task, why: str) -> None:
         with self._lock:
@@ -860,7 +883,8 @@ class AsyncTaskWorker(TaskLogic):
     Processors are coroutine functions (``async def processor(task) -> Outcome``); a plain
     function is refused, since it would block the loop. An outcome's ``writes`` is an async
     callable that takes the ``psycopg.AsyncConnection`` of the outcome's transaction. When a
-    task's lease is lost, its processor is cancelled and its outcome discarded: a processor
+    task's lease is lost (an extension refused, or the end of its safe window reached, by a
+    timer of the loop), its processor is cancelled and its outcome discarded: a processor
     acts only while the lease is held (it is stopped at its next await).
 
     Use as ``async with``: leaving the block, or the cancellation of the task in it, waits up
@@ -945,7 +969,11 @@ class AsyncTaskWorker(TaskLogic):
     async def start(self) -> AsyncTaskWorker:
         await _acheck_start(self)
         await self._pool.open(wait=True, timeout=30)
-        loops = [(self._dispatch(), "dispatch"), (self._extend(), "extend")]
+        loops = [
+            (self._dispatch(), "dispatch"),
+            (self._extend(), "extend"),
+            (self._watch_leases(), "watchdog"),
+        ]
         if self.listen:
             loops.append((self._listen(), "listen"))
         for work, role in loops:
@@ -1100,6 +1128,12 @@ class AsyncTaskWorker(TaskLogic):
         runner = self._processing.get(task.id)
         if runner is not None:
             runner.cancel()
+
+    async def _watch_leases(self) -> None:
+        """At the end of each task's safe window, if no extension moved it on, the task is lost
+        and its processor cancelled then, not at the extender's next round."""
+        while not self._closed:
+            await asyncio.sleep(self._expire_leases())
 
     # -- running processors ------------------------------------------------------------------
 
