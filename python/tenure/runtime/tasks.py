@@ -598,9 +598,9 @@ class TaskLogic:
             self._lose(task, error.detail or error.message)
             self._discard(task, "the database refused the outcome")
             self._finish(task)
-        elif isinstance(error, psycopg.Error):
+        elif isinstance(error, psycopg.Error | TenureError):
             log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
-            self._finish(task)  # its fate is unknown: the lease tells
+            self._finish(task)  # its fate is unknown (or the database refused it): the lease tells
         else:
             # The application's writes raised: they were rolled back with the transition, and
             # the step failed like a processor that raised.
@@ -883,8 +883,8 @@ class AsyncTaskWorker(TaskLogic):
     Processors are coroutine functions (``async def processor(task) -> Outcome``); a plain
     function is refused, since it would block the loop. An outcome's ``writes`` is an async
     callable that takes the ``psycopg.AsyncConnection`` of the outcome's transaction. When a
-    task's lease is lost (an extension refused, or the end of its safe window reached, by a
-    timer of the loop), its processor is cancelled and its outcome discarded: a processor
+    task's lease is lost (an extension refused, or the end of its safe window reached: a
+    watchdog task of the loop looks then), its processor is cancelled and its outcome discarded: a processor
     acts only while the lease is held (it is stopped at its next await).
 
     Use as ``async with``: leaving the block, or the cancellation of the task in it, waits up
