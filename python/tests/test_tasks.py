@@ -475,3 +475,36 @@ def test_cancelling_the_enclosing_task_releases_like_leaving_the_block(
     row = driver.task(enqueued.id)
     assert row is not None and row.owner is None and row.due, "released: due at once for another instance"
     assert row.attempts == 0, "a release on shutdown is not a failed attempt"
+
+
+def test_the_async_worker_cancels_a_processor_at_the_end_of_its_safe_window(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """No extension within the safe window (here: the extender never runs): the lease watchdog
+    loses the task and cancels its processor then; the task comes back after its lease."""
+    driver = Driver(admin)
+    (enqueued,) = driver.task_enqueue_many([{"kind": "long"}])
+    cancelled = asyncio.Event()
+
+    async def long(task: Task) -> Complete:
+        if task.epoch == 1:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return Complete(state="second time")
+
+    async def scenario() -> AsyncTaskWorker:
+        worker = AsyncTaskWorker(app_conninfo, {"long": long}, concurrency=1, lease=0.9, poll_interval=0.1)
+        worker.extend_every = 3600.0  # no extension: the safe window runs out
+        async with worker:
+            await asyncio.wait_for(cancelled.wait(), 10)
+            while worker.stats.completed < 1:
+                await asyncio.sleep(0.02)
+        return worker
+
+    worker = asyncio.run(scenario())
+    assert worker.stats.lost == 1 and worker.stats.discarded == 1 and worker.stats.completed == 1
+    row = driver.task(enqueued.id)
+    assert row is not None and (row.status, row.state, row.epoch) == ("done", "second time", 2)
