@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
           libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv
-          haproxy pgbouncer patroni etcd-server faketime libfaketime)
+          haproxy pgbouncer patroni etcd-server faketime libfaketime
+          chromium chromium-driver)  # chromium + its driver: the dashboard's browser tests (Selenium)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -54,7 +55,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     echo "preparing .venv"
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-    .venv/bin/pip install -q --disable-pip-version-check -e 'python[test,plots]'
+    .venv/bin/pip install -q --disable-pip-version-check -e 'python[test,plots,dashboard]'
     echo "$want" >"$stamp"
 fi
 

@@ -6,6 +6,10 @@ async context managers that run on the application's event loop, without a threa
   transaction: ``async with connection.transaction(): await driver.heartbeat_fence(...)``).
 - ``AsyncElector``: ``async with elector.leading() as term:`` runs a body only while
   primary, cancelled when the term is lost.
+- ``AsyncReplicaManager``: ``async with manager.active() as epoch:`` and ``async with
+  manager.write() as connection:`` on the lock connection, for an active/passive service.
+- ``AsyncClaimer``: ``async with claimer.holding(key) as epoch:`` runs a body only while
+  the key is held in that epoch, cancelled when the key is lost.
 - ``AsyncTaskWorker``: ``async def`` processors, cancelled when their lease is lost; an
   outcome's async ``writes`` run on its AsyncConnection, in the transition's transaction.
 
@@ -15,7 +19,16 @@ they are written once, as operations (see :mod:`tenure.driver`), and run by two 
 
 from tenure.connect import aconnect
 from tenure.driver import AsyncDriver
+from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
+from tenure.runtime.replicas import AsyncReplicaManager
 from tenure.runtime.tasks import AsyncTaskWorker
 
-__all__ = ["AsyncDriver", "AsyncElector", "AsyncTaskWorker", "aconnect"]
+__all__ = [
+    "AsyncClaimer",
+    "AsyncDriver",
+    "AsyncElector",
+    "AsyncReplicaManager",
+    "AsyncTaskWorker",
+    "aconnect",
+]

@@ -321,14 +321,28 @@ def refuse_transaction_pooling(
     with connect(conninfo, application_name=f"tenure pooling probe {what}"[:63], deadline=deadline) as probe:
         first = pid(connection)
         for _ in range(3):
-            other = pid(probe)
-            again = pid(connection)
-            refuse_pooled_pids(first, other, again, what=what, needs=needs)
+            _pooled(first, pid(probe), pid(connection), what=what, needs=needs)
 
 
-def refuse_pooled_pids(first: int, other: int, again: int, *, what: str, needs: str) -> None:
-    """The verdict of :func:`refuse_transaction_pooling` (and of its async twins) on the server
-    processes seen: ``first`` and ``again`` by one connection, ``other`` by a second one."""
+async def arefuse_transaction_pooling(
+    connection: psycopg.AsyncConnection[Any], conninfo: str, *, what: str, needs: str, deadline: float = 5.0
+) -> None:
+    """:func:`refuse_transaction_pooling` for an async connection."""
+
+    async def pid(on: psycopg.AsyncConnection[Any]) -> int:
+        row = await (await on.execute("SELECT pg_backend_pid()")).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    name = f"tenure pooling probe {what}"[:63]
+    async with await aconnect(conninfo, application_name=name, deadline=deadline) as probe:
+        first = await pid(connection)
+        for _ in range(3):
+            _pooled(first, await pid(probe), await pid(connection), what=what, needs=needs)
+
+
+def _pooled(first: int, other: int, again: int, *, what: str, needs: str) -> None:
+    """Raise when another connection shares ``first``'s server process, or one connection moved."""
     if other == first or again != first:
         raise InvalidConfiguration(
             f"{what} cannot run through a transaction-pooling proxy: {needs} belongs to a server "

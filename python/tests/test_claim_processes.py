@@ -1,7 +1,9 @@
 """Claims with real processes: 300 keys, 3 instances, a 4th joins, one is killed, one
-is frozen past its expiry and resumed. Checked from the database's claim log and the
-fenced work the instances did: never two claimants of a key at one instant, no key
-without a claimant for longer than expiry + one cycle, shares converging to 1/N."""
+is frozen past its expiry and resumed, one has its connections terminated. Checked from
+the database's claim log and the fenced work the instances did: never two claimants of a
+key at one instant, no key without a claimant for longer than expiry + one cycle, shares
+converging to 1/N. It runs with threaded services (Claimer) and with asyncio ones
+(AsyncClaimer, ``--async``)."""
 
 from __future__ import annotations
 
@@ -48,14 +50,24 @@ def converge(driver: Driver, expected: dict[UUID, int], cycles: int) -> None:
     assert shares(driver) == expected, f"after {cycles} cycles: {shares(driver)}"
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_claims_with_joins_kills_and_freezes(
-    claimers: list[ClaimerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    claimers: list[ClaimerProcess],
+    app_conninfo: str,
+    admin: psycopg.Connection[Any],
+    tmp_path: Path,
+    mode: str,
 ) -> None:
     driver = Driver(admin)
 
     def spawn() -> ClaimerProcess:
         process = ClaimerProcess(
-            app_conninfo, KEYSPACE, tmp_path / f"claimer-{len(claimers)}.log", cycle=CYCLE, expiry=EXPIRY
+            app_conninfo,
+            KEYSPACE,
+            tmp_path / f"claimer-{len(claimers)}.log",
+            cycle=CYCLE,
+            expiry=EXPIRY,
+            async_mode=mode == "async",
         )
         claimers.append(process)
         return process
@@ -100,8 +112,29 @@ def test_claims_with_joins_kills_and_freezes(
     ]
     assert after and after[0]["event"] == "lost", f"events after SIGCONT: {after[:5]}"
 
+    # pg_terminate_backend of every connection of one instance (its claim cycle's and its
+    # work's): it reconnects, keeps its share and does fenced work again.
+    cut = others[0]
+    terminated = admin.execute(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name LIKE %s",
+        (f"%:{cut.process.pid}",),
+    ).fetchone()
+    cut_at = time.monotonic()
+    assert terminated is not None and terminated[0] >= 2, "its claim and work connections were found"
+    converge(driver, {p.instance_id: 100 for p in survivors}, cycles=10)
+    end = time.monotonic() + EXPIRY + 10 * CYCLE
+    while time.monotonic() < end and not any(
+        e["event"] == "work" and e["mono"] > cut_at for e in cut.events()
+    ):
+        time.sleep(0.05)
+    assert any(e["event"] == "work" and e["mono"] > cut_at for e in cut.events()), "it worked again"
+
     for process in claimers:
         process.stop()
+    for process in claimers:
+        started = next(e for e in process.events() if e["event"] == "started")
+        assert started.get("mode", "sync") == mode, "each service ran in the mode under test"
 
     work = admin.execute(
         "SELECT count(*) FROM tenure_demo.claim_work WHERE keyspace = %s", (KEYSPACE,)

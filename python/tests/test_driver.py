@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,11 +14,23 @@ import psycopg
 import pytest
 
 from tenure import Driver, InvalidArgument, InvalidConfiguration, NotPrimary, PrimaryEntry, TenureError
+from tenure.aio import AsyncDriver
 from tenure.driver import _scalar
+from tenure.testing.aio import Blocking, Flavour
 
 
-def test_update_heartbeat_elects_the_first_and_names_it_to_the_others(admin: psycopg.Connection[Any]) -> None:
-    driver = Driver(admin)
+@pytest.fixture
+def driver(flavour: Flavour, admin: psycopg.Connection[Any], admin_conninfo: str) -> Iterator[Driver]:
+    """A Driver on an autocommit connection, or a blocking view of an AsyncDriver on one."""
+    if flavour.loop is None:
+        yield Driver(admin)
+        return
+    connection = flavour.loop.run(psycopg.AsyncConnection.connect(admin_conninfo, autocommit=True))
+    yield Blocking(AsyncDriver(connection), flavour.loop)  # type: ignore[misc]
+    flavour.loop.run(connection.close())
+
+
+def test_update_heartbeat_elects_the_first_and_names_it_to_the_others(driver: Driver) -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     won = driver.update_heartbeat(a, "sched", timeout=3, interval=1)
     assert isinstance(won, PrimaryEntry)
@@ -33,8 +47,7 @@ def test_update_heartbeat_elects_the_first_and_names_it_to_the_others(admin: psy
     assert driver.get_primary("nobody") is None
 
 
-def test_resign_hands_over_at_once(admin: psycopg.Connection[Any]) -> None:
-    driver = Driver(admin)
+def test_resign_hands_over_at_once(driver: Driver) -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     driver.update_heartbeat(a, "sched", timeout=60)
     assert driver.heartbeat_resign(b, "sched") is False
@@ -46,8 +59,7 @@ def test_resign_hands_over_at_once(admin: psycopg.Connection[Any]) -> None:
     assert status["sched"].live and status["sched"].instance_id == b and status["sched"].term == 2
 
 
-def test_sqlstates_become_tenure_exceptions_with_detail_and_hint(admin: psycopg.Connection[Any]) -> None:
-    driver = Driver(admin)
+def test_sqlstates_become_tenure_exceptions_with_detail_and_hint(driver: Driver) -> None:
     with pytest.raises(InvalidArgument) as empty:
         driver.update_heartbeat(uuid.uuid4(), "", timeout=3)
     assert isinstance(empty.value, ValueError)
@@ -65,9 +77,9 @@ def test_sqlstates_become_tenure_exceptions_with_detail_and_hint(admin: psycopg.
     assert driver.heartbeat_status() == []
 
 
-def test_other_errors_pass_through_unchanged(admin: psycopg.Connection[Any]) -> None:
+def test_other_errors_pass_through_unchanged(driver: Driver) -> None:
     with pytest.raises(psycopg.errors.UndefinedTable) as raised:
-        Driver(admin).run(_scalar("SELECT * FROM no_such_table", ()))
+        driver.run(_scalar("SELECT * FROM no_such_table", ()))
     assert not isinstance(raised.value, TenureError)
 
 
@@ -84,6 +96,26 @@ def test_fence_guards_the_applications_own_transaction(admin: psycopg.Connection
         driver.heartbeat_fence(me, "writer", term - 1 if term > 1 else term + 1)
     rows = admin.execute("SELECT term FROM ledger").fetchall()
     assert rows == [(term,)], "the write of the refused transaction was rolled back"
+
+
+def test_async_fence_guards_the_applications_own_transaction(admin_conninfo: str) -> None:
+    async def main() -> list[tuple[int]]:
+        async with await psycopg.AsyncConnection.connect(admin_conninfo, autocommit=True) as connection:
+            driver = AsyncDriver(connection)
+            await connection.execute("CREATE TABLE ledger (term bigint)")
+            me = uuid.uuid4()
+            term = (await driver.update_heartbeat(me, "writer", timeout=60)).term
+            async with connection.transaction():
+                await driver.heartbeat_fence(me, "writer", term)
+                await connection.execute("INSERT INTO ledger (term) VALUES (%s)", (term,))
+            with pytest.raises(NotPrimary):
+                async with connection.transaction():
+                    await connection.execute("INSERT INTO ledger (term) VALUES (%s)", (term + 1,))
+                    await driver.heartbeat_fence(me, "writer", term + 1)
+            cursor = await connection.execute("SELECT term FROM ledger")
+            return await cursor.fetchall()
+
+    assert asyncio.run(main()) == [(1,)], "the write of the refused transaction was rolled back"
 
 
 def test_a_fenced_transaction_holds_off_takeover_until_it_ends(

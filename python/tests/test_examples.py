@@ -8,15 +8,35 @@ appear in the README once. (``make test`` runs the files themselves.)
 Every relative link in README.md, CHANGELOG.md and docs/*.md must lead to a file or
 directory of the repository and, with ``#anchor``, to a heading of that page, by
 GitHub's rule for heading anchors.
+
+The FastAPI example also runs as two services behind a real HAProxy: the active one
+is killed, the other takes over, and the records show one writer and one leader at a
+time.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tenure.driver import Driver
+from tenure.testing.child import ChildProcess
+from tenure.testing.database import APP_ROLE
+from tenure.testing.haproxy import HAProxy
+from tenure.testing.history import FencedWrite, check_terms, check_writes, read_terms
+from tenure.testing.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "python"
@@ -114,3 +134,109 @@ def test_the_link_checker_sees_anchors_and_skips_code(tmp_path: Path) -> None:
     )
     assert anchors(page) == {"page-tenurex-and-a-link", "why-t--i", "why-t--i-1"}
     assert links(page) == ["other.md", "#why-t--i-1"]
+
+
+# -- the FastAPI example as two services behind HAProxy ---------------------------------------
+
+FASTAPI_INTERVAL = 0.2
+
+
+def post_order(url: str, order_id: int) -> tuple[int, dict[str, Any]]:
+    """POST /orders through the load balancer: (status, body); 0 when nothing answered."""
+    request = urllib.request.Request(
+        url + "/orders", data=json.dumps({"id": order_id, "item": "pears"}).encode(), method="POST"
+    )
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, {}
+    except (OSError, ValueError):
+        return 0, {}
+
+
+def test_fastapi_service_fails_over_behind_haproxy(app_conninfo: str, admin: Any, tmp_path: Path) -> None:
+    admin.execute(f"CREATE SCHEMA IF NOT EXISTS AUTHORIZATION {APP_ROLE}")  # its tables, as in make test
+    params = conninfo_to_dict(app_conninfo)
+    env = {
+        **os.environ,
+        "PGHOST": str(params["host"]),
+        "PGPORT": str(params["port"]),
+        "PGUSER": str(params["user"]),
+        "PGDATABASE": str(params["dbname"]),
+        "EXAMPLE_INTERVAL": str(FASTAPI_INTERVAL),
+    }
+    script = str(EXAMPLES / "fastapi_service.py")
+    services = {}
+    for name in ("a", "b"):
+        port = free_port()
+        services[name] = (
+            port,
+            ChildProcess([sys.executable, script, "--port", str(port)], tmp_path / f"{name}.log", env=env),
+        )
+    acked: list[tuple[int, str, int]] = []  # (order id, replica, epoch) of every 200
+
+    def orders_until_accepted(url: str, start: int, *, other_than: str | None = None) -> int:
+        """Sends orders until one is accepted by a replica other than ``other_than``: the next id."""
+        end = time.monotonic() + 30
+        order_id = start
+        while time.monotonic() < end:
+            status, body = post_order(url, order_id)
+            order_id += 1
+            if status == 200:
+                acked.append((body["id"], body["replica"], body["epoch"]))
+                if body["replica"] != other_than:
+                    return order_id
+            time.sleep(0.02)
+        raise TimeoutError(
+            f"no order accepted within 30 s; logs: {[p.output() for _, p in services.values()]}"
+        )
+
+    try:
+        with HAProxy([(n, port) for n, (port, _) in services.items()], tmp_path, check_interval=0.1) as lb:
+            next_id = orders_until_accepted(lb.url, 1)
+            holder = Driver(admin).replica_holder()
+            assert holder is not None and holder.replica is not None
+            pid = int(holder.replica.rsplit(":", 1)[1])
+            active = next(name for name, (_, p) in services.items() if p.process.pid == pid)
+            survivor = next(name for name in services if name != active)
+            next_id = orders_until_accepted(lb.url, next_id)  # still the active one
+            services[active][1].signal(signal.SIGKILL)
+            killed = time.monotonic()
+            next_id = orders_until_accepted(lb.url, next_id, other_than=holder.replica)
+            took = time.monotonic() - killed
+            for _ in range(5):  # the new active one keeps accepting writes
+                next_id = orders_until_accepted(lb.url, next_id)
+            print(f"\nfastapi example: SIGKILL of the active service, {took:.3f} s until the other answered")
+            time.sleep(6 * FASTAPI_INTERVAL)  # the survivor is the job's leader by now, whoever led before
+            survivor_process = services[survivor][1]
+            survivor_process.signal(signal.SIGTERM)  # the lifespan ends: resign, release
+            # uvicorn shuts down gracefully, then raises the signal it caught again.
+            assert survivor_process.process.wait(15) in (0, -signal.SIGTERM)
+            assert "Traceback" not in survivor_process.output(), survivor_process.output()
+    finally:
+        for _, process in services.values():
+            process.stop()
+
+    # Every acknowledged order is recorded with the epoch it was answered with; epochs only grow.
+    recorded = dict(admin.execute(f"SELECT id, epoch FROM {APP_ROLE}.orders").fetchall())
+    assert {order_id: epoch for order_id, _, epoch in acked} == {i: recorded[i] for i, _, _ in acked}
+    epochs = [epoch for _, _, epoch in acked]
+    assert epochs == sorted(epochs) and len(set(epochs)) == 2, epochs
+    assert len({replica for _, replica, _ in acked}) == 2
+    left = Driver(admin).replica_holder()
+    assert left is not None and (left.pid, left.reserved_until) == (None, None), (
+        "released, reservation dropped"
+    )
+    # The leader job: one primary at a time, every run inside its own term; the survivor led last.
+    terms = read_terms(admin, "fastapi-jobs")
+    runs = [
+        FencedWrite("fastapi-jobs", instance, term, done_at)
+        for instance, term, done_at in admin.execute(
+            f"SELECT instance, term, done_at FROM {APP_ROLE}.job_runs ORDER BY done_at"
+        ).fetchall()
+    ]
+    assert runs and check_terms(terms) == [] and check_writes(terms, runs) == []
+    assert terms[-1].end_reason == "resigned"
+    assert terms[-1].term == runs[-1].term, "the survivor ran the job in the last term"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -12,7 +13,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure import Elector, InvalidArgument, InvalidConfiguration, PrimaryEndpoint, PrimaryWatch
+from tenure import (
+    Driver,
+    Elector,
+    InvalidArgument,
+    InvalidConfiguration,
+    NotPrimary,
+    PrimaryEndpoint,
+    PrimaryWatch,
+)
+from tenure.aio import AsyncElector
 from tenure.testing.aio import Flavour
 from tenure.testing.history import read_terms
 
@@ -162,3 +172,121 @@ def test_watch_without_answers_says_no() -> None:
     assert not watch.is_primary()
     with pytest.raises(ValueError):
         PrimaryWatch("http://127.0.0.1:9/primary", interval=1, window=0.5)
+
+
+# -- asyncio only: acting only while primary ------------------------------------------
+
+
+def async_elector(conninfo: str, recorder: Recorder | None = None, utype: str = "svc") -> AsyncElector:
+    recorder = recorder or Recorder()
+    return AsyncElector(
+        conninfo, utype, interval=I, timeout=T, on_elected=recorder.elected, on_demoted=recorder.demoted
+    )
+
+
+def test_leading_runs_the_body_while_primary(app_conninfo: str) -> None:
+    async def main() -> tuple[int, bool]:
+        async with async_elector(app_conninfo) as e, e.leading(timeout=10) as term:
+            await asyncio.sleep(3 * T)  # several renewals move the body's deadline along
+            return term, e.is_primary()
+
+    assert asyncio.run(main()) == (1, True)
+
+
+def test_leading_cancels_the_body_when_the_term_is_lost(app_conninfo: str, admin: Any) -> None:
+    reached: list[str] = []
+
+    async def main() -> None:
+        async with async_elector(app_conninfo) as e, e.leading(timeout=10) as term:
+            assert term == 1
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'tenure elector%%'"
+            )
+            await asyncio.sleep(30)
+            reached.append("after the sleep")
+
+    started = time.monotonic()
+    with pytest.raises(NotPrimary, match="in term 1: term 1 ended"):
+        asyncio.run(main())
+    assert reached == [] and time.monotonic() - started < 10
+
+
+def test_leading_cancels_a_hung_body_at_the_end_of_the_safe_window(
+    app_conninfo: str, admin_conninfo: str
+) -> None:
+    """The renewal hangs behind a row lock: the body is cancelled by the safe window's own
+    timer, T - I after the last renewal was sent, not by a later look of the watchdog."""
+    timings: dict[str, float] = {}
+
+    async def main() -> None:
+        async with async_elector(app_conninfo) as e, e.leading(timeout=10):
+            blocker.execute("SELECT * FROM tenure.heartbeat WHERE utype = 'svc' FOR UPDATE")
+            timings["blocked"] = time.monotonic()
+            try:
+                await asyncio.sleep(30)
+            finally:
+                timings["cancelled"] = time.monotonic()
+
+    with (
+        psycopg.connect(admin_conninfo) as blocker,
+        pytest.raises(NotPrimary, match="window of term 1 passed"),
+    ):
+        asyncio.run(main())
+    assert timings["cancelled"] - timings["blocked"] < T + I
+
+
+def test_leading_waits_for_primacy_or_times_out(app_conninfo: str) -> None:
+    async def main() -> None:
+        async with (
+            async_elector(app_conninfo) as first,
+            first.leading(timeout=10),
+            async_elector(app_conninfo) as second,
+        ):
+            with pytest.raises(TimeoutError):
+                async with second.leading(timeout=3 * I):
+                    raise AssertionError("the second is not primary")
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_enclosing_task_resigns(app_conninfo: str, admin: Any) -> None:
+    events = Recorder()
+
+    async def serve(elected: asyncio.Event) -> None:
+        async with async_elector(app_conninfo, events) as e:
+            assert await e.wait_until_primary(10)
+            elected.set()
+            await asyncio.sleep(30)
+
+    async def main() -> float:
+        elected = asyncio.Event()
+        service = asyncio.create_task(serve(elected))
+        await elected.wait()
+        service.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await service
+        return time.monotonic()
+
+    cancelled_at = asyncio.run(main())
+    assert events.of("demoted") == ["stopped"]
+    terms = read_terms(admin, "svc")
+    assert [t.end_reason for t in terms] == ["resigned"]
+    assert Driver(admin).get_primary("svc") is None, "resigned, not left to expire"
+    assert time.monotonic() - cancelled_at < T
+
+
+def test_async_callbacks_run_on_the_event_loop(app_conninfo: str) -> None:
+    async def main() -> list[int]:
+        seen: list[int] = []
+
+        async def on_elected(term: int) -> None:
+            await asyncio.sleep(0)
+            seen.append(term)
+
+        async with AsyncElector(app_conninfo, "svc", interval=I, timeout=T, on_elected=on_elected) as e:
+            assert await e.wait_until_primary(10)
+            await asyncio.sleep(I)
+        return seen
+
+    assert asyncio.run(main()) == [1]

@@ -1,8 +1,10 @@
-"""Election with real processes, real SIGKILL and SIGSTOP, checked from the database's records.
+"""Election with real processes, real SIGKILL, SIGSTOP and pg_terminate_backend, checked
+from the database's records, for threaded services and for asyncio ones.
 
 Three demo service instances stand for type A and two for type B. Each does fenced
 "primary work" while it believes it is primary. The primary of A is killed; the
-primary of B is frozen for longer than T, then resumed. Afterwards the history of
+primary of B is frozen for longer than T, then resumed; the connections of A's new
+primary are terminated by the server. Afterwards the history of
 terms and of fenced writes, by the server's clock, must show: never two holders of
 a type at one instant, terms that only grow, every write inside its writer's term.
 """
@@ -29,11 +31,21 @@ I, T = 0.3, 1.0
 SLACK = 0.25
 
 
-@pytest.fixture
-def services(app_conninfo: str, tmp_path: Path) -> Iterator[dict[str, list[ServiceProcess]]]:
+@pytest.fixture(params=["sync", "async"])
+def services(
+    app_conninfo: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dict[str, list[ServiceProcess]]]:
+    """The services of both types, all threaded (Elector) or all asyncio (AsyncElector)."""
     spawned = {
         utype: [
-            ServiceProcess.spawn(app_conninfo, utype, tmp_path / f"{utype}-{n}.log", interval=I, timeout=T)
+            ServiceProcess.spawn(
+                app_conninfo,
+                utype,
+                tmp_path / f"{utype}-{n}.log",
+                interval=I,
+                timeout=T,
+                use_async=request.param == "async",
+            )
             for n in range(count)
         ]
         for utype, count in (("A", 3), ("B", 2))
@@ -98,6 +110,22 @@ def test_kill_and_freeze_primaries(services: dict[str, list[ServiceProcess]], ad
     for utype, group in services.items():
         alive = [s for s in group if s.process.poll() is None]
         assert sum(believed_primary(s) for s in alive) == 1, f"still one primary of {utype}"
+
+    # pg_terminate_backend of every connection of A's primary: it steps down at once (its
+    # cycle fails) and A has one primary again, in a later term.
+    name = next(e["name"] for e in ids[successor_a].events() if e["event"] == "started")
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+        (f"tenure % {name}",),
+    )
+    ids[successor_a].wait_for_output('"event": "demoted".*"reason": "heartbeat failed')
+    end = time.monotonic() + 30
+    while (entry := driver.get_primary("A")) is None or entry.term <= term_a:
+        assert time.monotonic() < end, "A has a primary in a new term"
+        time.sleep(0.05)
+    time.sleep(3 * I)
+    alive_a = [s for s in services["A"] if s.process.poll() is None]
+    assert sum(believed_primary(s) for s in alive_a) == 1, "one primary of A after the termination"
 
     for group in services.values():
         for service in group:

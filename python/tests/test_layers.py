@@ -1,6 +1,7 @@
 """Imports run in one direction: core <- runtime <- http <- cli, and core, runtime, http
-<- testing <- demo, bench. The CLI imports demo and bench only inside their commands,
-so that no other command loads them."""
+<- testing <- demo, bench; core <- dashboard <- demo (the demo ends with the dashboard).
+The CLI imports demo, bench and dashboard only inside their commands, so that no other
+command loads them."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ MAY_IMPORT = {
     "api": {"core", "runtime", "http"},  # tenure/__init__.py: the public API
     "cli": {"core", "runtime", "http", "api", "cli"},
     "testing": {"core", "runtime", "http", "api", "testing"},
-    "demo": {"core", "runtime", "http", "api", "testing", "demo"},
+    "demo": {"core", "runtime", "http", "api", "testing", "dashboard", "demo"},
     "bench": {"core", "runtime", "http", "api", "testing", "bench"},
+    "dashboard": {"core", "dashboard"},  # tenure dashboard's web pages: the core's views and functions only
 }
-LATE_ONLY = {"cli": {"demo", "bench"}}  # allowed inside a function, never at module level
+LATE_ONLY = {"cli": {"demo", "bench", "dashboard"}}  # allowed inside a function, never at module level
 
 
 def layer(module: str) -> str:

@@ -8,6 +8,8 @@ and the time until requests succeed again are counted (and printed, not asserted
 belongs to ``make bench``). Afterwards the records must show that every accepted write
 was made by the lock holder of its epoch inside its term, so no two replicas ever
 accepted writes at the same time. REPLICA_ROUNDS (default 1) repeats the three faults.
+The failover test runs twice: against replicas on threads (ReplicaManager) and against
+replicas on asyncio (AsyncReplicaManager).
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ ROUNDS = int(os.environ.get("REPLICA_ROUNDS", "1"))
 TENURE = [sys.executable, "-m", "tenure"]
 
 
-@pytest.fixture
-def replicas(admin_conninfo: str, tmp_path: Path) -> Iterator[list[ReplicaProcess]]:
+@pytest.fixture(params=["sync", "async"])
+def replicas(
+    admin_conninfo: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[list[ReplicaProcess]]:
+    """Three demo replicas: ReplicaManager services, or (async) AsyncReplicaManager ones on asyncio."""
     conninfo = setup(admin_conninfo)
     spawned = [
-        ReplicaProcess(conninfo, f"r{n}", tmp_path / f"r{n}.log", settings=SETTINGS) for n in (1, 2, 3)
+        ReplicaProcess(conninfo, f"r{n}", tmp_path / f"r{n}.log", settings=SETTINGS, flavour=request.param)
+        for n in (1, 2, 3)
     ]
     try:
         yield spawned
@@ -116,6 +122,7 @@ def test_failover_behind_haproxy(
                             tmp_path / f"{active.name}-{round}.log",
                             settings=SETTINGS,
                             port=active.port,
+                            flavour=active.flavour,
                         )
                     active = successor
                     assert sum(believes_active(r) for r in replicas if r.process.poll() is None) == 1

@@ -1,10 +1,13 @@
 """Replicas in process: several sessions against the lock, the ReplicaManager's role
 changes (clean stop, pg_terminate_backend, a connection blip through a proxy), the
 write guard, the HTTP endpoint and the refusal of a transaction-pooling proxy (a real
-pgbouncer in transaction mode)."""
+pgbouncer in transaction mode). The manager's tests run against ReplicaManager and
+AsyncReplicaManager (``flavour``); AsyncReplicaManager's ``active()`` and the
+cancellation of the task around it have tests of their own."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -19,10 +22,12 @@ import pytest
 from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tenure.aio import AsyncReplicaManager
 from tenure.driver import Driver
 from tenure.errors import InvalidConfiguration, NotPrimary
 from tenure.http.replica import ReplicaServer, active_only
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
+from tenure.testing.aio import Flavour
 from tenure.testing.pgbouncer import PgBouncer
 from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 
@@ -39,17 +44,35 @@ def wait_for(condition: Callable[[], bool], wait: float = 10.0) -> None:
 
 
 @pytest.fixture
-def managers(app_conninfo: str) -> Iterator[Callable[..., ReplicaManager]]:
+def managers(app_conninfo: str, flavour: Flavour) -> Iterator[Callable[..., ReplicaManager]]:
     started: list[ReplicaManager] = []
 
     def start(name: str, conninfo: str | None = None, **options: Any) -> ReplicaManager:
-        manager = ReplicaManager(conninfo or app_conninfo, name=name, interval=I, **options).start()
-        started.append(manager)
+        manager = flavour(ReplicaManager, conninfo or app_conninfo, name=name, interval=I, **options)
+        started.append(manager.start())
         return manager
 
     yield start
     for manager in started:
         manager.stop()
+
+
+def written(
+    flavour: Flavour, manager: ReplicaManager, statement: str, params: tuple[Any, ...] = ()
+) -> list[Any]:
+    """``statement`` in ``manager.write()`` (``async with`` for the async twin): its rows."""
+    if flavour.loop is None:
+        with manager.write() as connection:
+            cursor = connection.execute(statement, params)
+            return cursor.fetchall() if cursor.description else []
+
+    async def on_the_loop() -> list[Any]:
+        target: AsyncReplicaManager = manager.target  # type: ignore[attr-defined]
+        async with target.write() as connection:
+            cursor = await connection.execute(statement, params)
+            return await cursor.fetchall() if cursor.description else []
+
+    return flavour.loop.run(on_the_loop())
 
 
 def test_sessions_see_one_holder(app_conninfo: str, connect: Any) -> None:
@@ -72,7 +95,10 @@ def test_sessions_see_one_holder(app_conninfo: str, connect: Any) -> None:
         "a",
         1,
     )
-    a.connection.close()  # the session ends: the lock is free at once
+    a_pid = a.backend_pid()
+    a.connection.close()  # the session ends, and the lock is free once the server has seen it
+    gone = "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)"
+    wait_for(lambda: b.connection.execute(gone, (a_pid,)).fetchone() == (True,))
     second = b.replica_acquire("b")
     assert second.acquired and second.epoch == 2
     assert b.replica_guard(epoch=2) == 2
@@ -96,7 +122,7 @@ def test_reservation_holds_the_lock_for_its_previous_holder(app_conninfo: str, c
 
 
 def test_manager_fails_over_and_guards_writes(
-    managers: Callable[..., ReplicaManager], admin: Any, app_conninfo: str
+    managers: Callable[..., ReplicaManager], admin: Any, flavour: Flavour
 ) -> None:
     admin.execute("CREATE TABLE IF NOT EXISTS tenure_demo.replica_test (replica text, epoch bigint)")
     admin.execute("GRANT INSERT ON tenure_demo.replica_test TO tenure_demo_app")
@@ -111,10 +137,10 @@ def test_manager_fails_over_and_guards_writes(
     wait_for(lambda: second.last_answer is not None)
     assert not second.is_active()
 
-    with first.write() as connection:
-        connection.execute("INSERT INTO tenure_demo.replica_test VALUES (%s, %s)", (first.name, first.epoch))
-    with pytest.raises(NotPrimary, match="is passive"), second.write():
-        pytest.fail("a passive replica must not get the lock connection")
+    insert = "INSERT INTO tenure_demo.replica_test VALUES (%s, %s)"
+    written(flavour, first, insert, (first.name, first.epoch))
+    with pytest.raises(NotPrimary, match="is passive"):
+        written(flavour, second, insert, (second.name, 0))
     status = first.status()
     assert status["role"] == "active" and status["lock_id"] == Driver(admin).replica_lock_id()
 
@@ -224,7 +250,7 @@ def pgbouncer(app_conninfo: str) -> Iterator[Callable[[str], str]]:
 
 
 @pytest.mark.usefixtures("needs_pgbouncer")
-def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str]) -> None:
+def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str], flavour: Flavour) -> None:
     pooled = pgbouncer("transaction")
     # What goes wrong without the check: once a's transaction ends, its server session
     # (holding a's lock) goes back to the pool and b's next transaction runs in it, so
@@ -232,16 +258,16 @@ def test_transaction_pooling_is_refused(pgbouncer: Callable[[str], str]) -> None
     with psycopg.connect(pooled, autocommit=True) as a, psycopg.connect(pooled, autocommit=True) as b:
         assert Driver(a).replica_acquire("a").acquired
         assert Driver(b).replica_guard() == 1
-    manager = ReplicaManager(pooled, name="pooled", interval=I)
+    manager = flavour(ReplicaManager, pooled, name="pooled", interval=I)
     with pytest.raises(InvalidConfiguration, match="transaction-pooling proxy"):
         manager.start()
     # (The transaction pool still holds a's lock in a server session nobody uses: another scope.)
-    session = ReplicaManager(pgbouncer("session"), name="session-pooled", scope="s", interval=I).start()
+    session = flavour(ReplicaManager, pgbouncer("session"), name="session-pooled", scope="s", interval=I)
+    session.start()
     try:
         assert session.wait_until_active(10)
-        with session.write() as connection:
-            shown = connection.execute("SHOW idle_session_timeout").fetchone()
-        assert shown == ("600ms",), "set even though pgbouncer dropped the startup options"
+        shown = written(flavour, session, "SHOW idle_session_timeout")
+        assert shown == [("600ms",)], "set even though pgbouncer dropped the startup options"
     finally:
         session.stop()
 
@@ -263,3 +289,109 @@ def test_record_checker_finds_overlapping_writes() -> None:
     assert any("not recorded" in p for p in check_replica_records(terms, good, accepted))
     gap = [ReplicaTerm(1, "a", 10, at(0)), ReplicaTerm(3, "b", 20, at(5))]
     assert any("epochs are not" in p for p in check_replica_records(gap, []))
+
+
+# -- AsyncReplicaManager only: active() and the cancellation of the enclosing task ---------
+
+
+def test_active_block_runs_only_while_active(app_conninfo: str, admin: Any) -> None:
+    """The body of ``active()`` runs in the epoch it was given; when the lock session is
+    ended, the body is cancelled at once and NotPrimary raised in its place; a passive
+    replica's ``active()`` waits, then times out."""
+    admin.execute("CREATE TABLE IF NOT EXISTS tenure_demo.replica_test (replica text, epoch bigint)")
+    admin.execute("GRANT INSERT ON tenure_demo.replica_test TO tenure_demo_app")
+    reached: list[str] = []
+
+    async def scenario() -> None:
+        async with (
+            AsyncReplicaManager(app_conninfo, name="first", interval=I) as first,
+            AsyncReplicaManager(app_conninfo, name="second", interval=I) as second,
+        ):
+            async with first.active(timeout=10) as epoch:
+                assert epoch == first.epoch == 1
+                async with first.write() as connection:
+                    await connection.execute(
+                        "INSERT INTO tenure_demo.replica_test VALUES (%s, %s)", (first.name, epoch)
+                    )
+            with pytest.raises(TimeoutError):
+                async with second.active(timeout=3 * I):
+                    reached.append("second active while first holds the lock")
+            with pytest.raises(NotPrimary, match="no longer active in epoch 1"):
+                async with first.active(timeout=10):
+                    holder = Driver(admin).replica_holder()
+                    assert holder is not None and holder.replica == first.name
+                    admin.execute("SELECT pg_terminate_backend(%s)", (holder.pid,))
+                    await asyncio.sleep(10 * I)  # the body is cancelled here
+                    reached.append("first ran on after its lock session ended")
+            async with second.active(timeout=10) as epoch:
+                assert epoch == 2 and not first.is_active()
+
+    asyncio.run(scenario())
+    assert reached == []
+    rows = admin.execute("SELECT replica, epoch FROM tenure_demo.replica_test").fetchall()
+    assert [epoch for _, epoch in rows] == [1]
+
+
+def test_cancelling_the_enclosing_task_releases_the_lock(app_conninfo: str, admin: Any) -> None:
+    """Cancelling the task that runs ``async with manager:`` leaves the block: the lock is
+    released and the reservation dropped, so another replica acquires at its next try."""
+
+    async def scenario() -> float:
+        active = asyncio.Event()
+
+        async def service() -> None:
+            manager = AsyncReplicaManager(app_conninfo, name="leaving", interval=I, grace=30)
+            async with manager, manager.active(timeout=10):
+                active.set()
+                await asyncio.Event().wait()  # serves until cancelled
+
+        task = asyncio.create_task(service())
+        await asyncio.wait_for(active.wait(), 10)
+        async with AsyncReplicaManager(app_conninfo, name="next", interval=I, grace=30) as successor:
+            assert not await successor.wait_until_active(3 * I)
+            cancelled = time.monotonic()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert await successor.wait_until_active(10)
+            return time.monotonic() - cancelled
+
+    took = asyncio.run(scenario())
+    # Without the release, the reservation (grace 30 s + 2 intervals) would have kept it out.
+    assert took < 30
+    holder = Driver(admin).replica_holder()
+    assert holder is None or holder.replica != "leaving"
+
+
+def test_a_cancelled_write_rolls_back_and_keeps_the_lock(app_conninfo: str, admin: Any) -> None:
+    """Cancelling a task in the middle of ``async with manager.write()`` rolls its transaction
+    back; the lock connection stays usable, so the replica stays active in the same epoch."""
+    admin.execute("CREATE TABLE IF NOT EXISTS tenure_demo.replica_test (replica text, epoch bigint)")
+    admin.execute("GRANT INSERT ON tenure_demo.replica_test TO tenure_demo_app")
+    insert = "INSERT INTO tenure_demo.replica_test VALUES (%s, %s)"
+
+    async def scenario() -> None:
+        async with AsyncReplicaManager(app_conninfo, name="writer", interval=I) as manager:
+            assert await manager.wait_until_active(10)
+            epoch = manager.epoch
+            started = asyncio.Event()
+
+            async def slow_write() -> None:
+                async with manager.write() as connection:
+                    await connection.execute(insert, ("cancelled", epoch))
+                    started.set()
+                    await connection.execute("SELECT pg_sleep(30)")
+
+            task = asyncio.create_task(slow_write())
+            await asyncio.wait_for(started.wait(), 10)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(5 * I)  # pings go on, on the same session
+            assert manager.epoch == epoch
+            async with manager.write() as connection:
+                await connection.execute(insert, ("kept", epoch))
+
+    asyncio.run(scenario())
+    rows = admin.execute("SELECT replica, epoch FROM tenure_demo.replica_test").fetchall()
+    assert rows == [("kept", 1)]

@@ -1,5 +1,5 @@
 """The ``tenure`` command: one module per area (``heartbeat``, ``tasks``, ``claims``,
-``batches``, ``replicas``, ``schedules``) plus ``maintain``, ``status`` and ``deploy``,
+``batches``, ``replicas``, ``schedules``) plus ``maintain``, ``status``, ``dashboard`` and ``deploy``,
 each registering its commands on the shared parser; ``common`` holds what they share.
 
 ``tenure demo`` and ``tenure bench`` import their packages only when run, so no other
@@ -16,8 +16,19 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.cli import batches, claims, deploy, heartbeat, maintain, replicas, schedules, status, tasks
-from tenure.cli.common import db_option
+from tenure.cli import (
+    batches,
+    claims,
+    dashboard,
+    deploy,
+    heartbeat,
+    maintain,
+    replicas,
+    schedules,
+    status,
+    tasks,
+)
+from tenure.cli.common import address, db_option
 from tenure.deploy import SqitchMissing
 from tenure.errors import TenureError
 
@@ -38,6 +49,8 @@ EXAMPLES = {
     "replica": "example: tenure replica status --db postgresql://app@db/prod",
     "maintain": "example: tenure maintain --db postgresql://app@db/prod --task-age 7d --retention-every 60",
     "schedule": "example: tenure schedule list --db postgresql://app@db/prod",
+    "dashboard": "example: tenure dashboard --db postgresql://dashboard@db/prod --http 127.0.0.1:8080 "
+    "(operator actions: set TENURE_DASHBOARD_TOKEN or --token)",
 }
 GROUPS = (
     "check-primary",
@@ -50,12 +63,20 @@ GROUPS = (
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tenure.demo import run_all
+    from tenure.demo import interactive, run_all
 
     workdir = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     ok = run_all(
         args.db, workdir=workdir, instances=args.instances, interval=args.interval, timeout=args.timeout
     )
+    if args.dashboard and interactive():
+        try:
+            from tenure.demo.live import run_live
+        except ImportError as missing:
+            print(f"tenure demo: no dashboard, it needs the 'dashboard' extra: {missing}", file=sys.stderr)
+        else:
+            host, port = args.http
+            run_live(args.db, workdir=workdir, host=host, port=port)
     return 0 if ok else 1
 
 
@@ -86,6 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--instances", type=int, default=3)
     demo.add_argument("--interval", type=float, default=0.5)
     demo.add_argument("--timeout", type=float, default=1.5)
+    demo.add_argument(
+        "--http",
+        type=address,
+        default=("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        help="where the dashboard listens at the end (127.0.0.1:8080; another free port if taken)",
+    )
+    demo.add_argument(
+        "--no-dashboard",
+        dest="dashboard",
+        action="store_false",
+        help="end after the checks; without it, in a terminal and not in CI, the demo ends with the "
+        "dashboard over a fleet still at work, until Ctrl-C",
+    )
     demo.set_defaults(run=cmd_demo)
     # The bench parses its own options (tenure bench --help lists them) so that its
     # package is imported only when it runs.
@@ -105,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     replicas.register(command)
     maintain.register(command)
     schedules.register(command)
+    dashboard.register(command)
     return parser
 
 

@@ -20,6 +20,10 @@ check of its own log against the database held:
 - ``failover``: the database itself fails over (a 3-node Patroni cluster: a
   switchover, a SIGKILL and a SIGSTOP of the primary node) under electors and task
   workers; the clients' logs are checked against the final database.
+
+Then, in a terminal and not in CI (:func:`interactive`), ``live`` keeps the dashboard up
+over a small fleet of the demo's services until Ctrl-C (imported only then: it needs the
+``dashboard`` extra).
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from tenure.demo.failover import run_failover_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.replicas import run_replica_demo
 from tenure.demo.tasks import run_task_demo
+from tenure.testing.procs import under_ci
+
+
+def interactive() -> bool:
+    """Someone is watching: stdin is a terminal and CI is not set."""
+    return sys.stdin is not None and sys.stdin.isatty() and not under_ci()
 
 
 def run_all(

@@ -6,33 +6,36 @@ free or expired keys up to the fair share (skipped when another instance is taki
 then tells the application what it gained and lost. A key whose claim was not renewed within the
 safe window (expiry - cycle after the renewal was sent, monotonic clock) is lost
 locally, whatever the database says later.
+
+:class:`ClaimLogic` holds every decision; :class:`Claimer` runs it on threads and
+:class:`AsyncClaimer` on the application's event loop, where ``holding(key)`` runs a
+block only while the key is held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 
 from tenure.connect import instance_name
 from tenure.driver import OPS, Op
-from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.errors import ClaimLost, InvalidArgument, InvalidConfiguration
 from tenure.metrics import Metrics
-from tenure.runtime.loop import CycleLoop
+from tenure.runtime.loop import AsyncCycleLoop, CycleLoop, LoopLogic
 
 log = logging.getLogger(__name__)
 
 Keys = dict[str, int]  # key -> epoch
+Condition = Callable[[Keys], bool]
 
 
-class Claimer(CycleLoop):
-    """Runs the claim cycle for one keyspace in a background thread.
-
-    ``on_gained(keys)`` and ``on_lost(keys)`` receive {key: epoch}; they run on the
-    claim thread, or on the watchdog thread when the safe window passes. Leaving
-    the context manager releases every claim and leaves the keyspace.
-    """
+class ClaimLogic(LoopLogic):
+    """What a claimer decides, on threads (:class:`Claimer`) or on asyncio (:class:`AsyncClaimer`):
+    the configuration, the cycle, the safe window, what was gained and lost, the callbacks."""
 
     def __init__(
         self,
@@ -42,8 +45,8 @@ class Claimer(CycleLoop):
         cycle: float,
         expiry: float,
         name: str | None = None,
-        on_gained: Callable[[Keys], None] | None = None,
-        on_lost: Callable[[Keys], None] | None = None,
+        on_gained: Callable[[Keys], object] | None = None,
+        on_lost: Callable[[Keys], object] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         if not cycle > 0:
@@ -85,19 +88,25 @@ class Claimer(CycleLoop):
             return dict(self._held) if time.monotonic() < self._deadline else {}
 
     def epoch(self, key: str) -> int | None:
+        """The epoch ``key`` is held in, or None when it is not held."""
         return self.held().get(key)
 
-    def wait_for(self, condition: Callable[[Keys], bool], timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if condition(self.held()):
-                return True
-            time.sleep(0.02)
-        return condition(self.held())
-
-    def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
-        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
-        super().stop(leave=release)
+    def _look(self, condition: Condition, end: float | None) -> tuple[bool | None, float | None]:
+        """One look of ``wait_for`` (``end`` None: no timeout): (True or False, None) when it
+        is decided, else (None, how long to wait for a change before looking again, None: no
+        bound). ``held()`` empties at the end of the safe window without a notice, so a wait
+        ends there too."""
+        held = self.held()
+        if condition(held):
+            return True, None
+        now = time.monotonic()
+        if end is not None and now >= end:
+            return False, None
+        with self._state:
+            until = self._deadline if held else None
+        if end is not None:
+            until = end if until is None else min(until, end)
+        return None, None if until is None else max(until - now, 0.001)
 
     # -- the cycle ----------------------------------------------------------------------
 
@@ -120,7 +129,11 @@ class Claimer(CycleLoop):
             if time.monotonic() < self._deadline:
                 return  # renewed meanwhile
             lost, self._held = self._held, {}
+            self._state.notify_all()
+        self._tell_followers()
         log.info("%s: no renewal of %s within the safe window", self.name, self.keyspace)
+        self.metrics.claims_held.labels(self.keyspace).set(0)
+        self.metrics.claims_lost.labels(self.keyspace).inc(len(lost))
         self._call(self._on_lost, lost)
 
     def _stopped(self) -> None:
@@ -134,6 +147,7 @@ class Claimer(CycleLoop):
             before = self._held
             self._held, self._deadline = held, deadline
             self._state.notify_all()
+        self._tell_followers()
         lost = {k: e for k, e in before.items() if held.get(k) != e}
         gained = {k: e for k, e in held.items() if before.get(k) != e}
         self.metrics.claims_held.labels(self.keyspace).set(len(held))
@@ -145,10 +159,88 @@ class Claimer(CycleLoop):
         if gained:
             self._call(self._on_gained, gained)
 
-    def _call(self, callback: Callable[[Keys], None] | None, keys: Keys) -> None:
-        if callback is None:
-            return
-        try:
-            callback(keys)
-        except Exception:
-            log.exception("%s: claim callback %r failed", self.name, callback)
+
+class Claimer(ClaimLogic, CycleLoop):
+    """Runs the claim cycle for one keyspace in a background thread.
+
+    ``on_gained(keys)`` and ``on_lost(keys)`` receive {key: epoch}; they run on the
+    claim thread, or on the watchdog thread when the safe window passes. Leaving
+    the context manager releases every claim and leaves the keyspace.
+    """
+
+    def wait_for(self, condition: Condition, timeout: float) -> bool:
+        """Block until ``condition(held())`` is true (True) or ``timeout`` passes (False)."""
+        end = time.monotonic() + timeout
+        with self._state:  # reentrant: a change between a look and the wait is not missed
+            while True:
+                done, wait = self._look(condition, end)
+                if done is not None:
+                    return done
+                self._state.wait(wait)
+
+    def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
+        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
+        super().stop(leave=release)
+
+
+class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
+    """:class:`Claimer` for asyncio: the same claim cycle on two tasks of the running event loop.
+
+    ``on_gained`` and ``on_lost`` run on the event loop; a callback may be a coroutine
+    function (it runs as a task of its own). Use as ``async with``: leaving the block, or
+    the cancellation of the task in it, stops the cycle, releases every claim and leaves
+    the keyspace. ``async with claimer.holding(key) as epoch:`` runs a body only while
+    ``key`` is held.
+    """
+
+    async def wait_for(self, condition: Condition, timeout: float | None) -> bool:
+        """Wait until ``condition(held())`` is true (True) or ``timeout`` seconds pass (False;
+        None: no timeout)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done, wait = self._look(condition, end)
+            if done is not None:
+                return done
+            await self._state.wait(wait)  # no await since the look: no change is missed
+
+    def holding(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[int]:
+        """``async with claimer.holding(key) as epoch:`` runs its body only while ``key`` is held
+        in ``epoch``.
+
+        Waits up to ``timeout`` seconds (None: for ever) for the key, else TimeoutError. When
+        the key is lost (released above the fair share, taken over, retired, or not renewed
+        within the safe window, expiry - cycle after the last renewal was sent), the body is
+        cancelled at once and :class:`~tenure.errors.ClaimLost` raised from the block: code in
+        it cannot run on past the safe window (it is stopped at its next await; a step the event
+        loop had already made ready still runs once). The cancellation time moves with every
+        renewal. Leaving the block keeps the key; fence the body's writes
+        with ``claim_fence(keyspace, instance_id, key, epoch)`` in their transaction.
+        """
+        return self._holding_key(key, timeout)
+
+    @contextlib.asynccontextmanager
+    async def _holding_key(self, key: str, timeout: float | None) -> AsyncIterator[int]:
+        if not await self.wait_for(lambda held: key in held, timeout):
+            raise TimeoutError(f"{self.label}: {key!r} not held within {timeout} s")
+        with self._state:
+            epoch, deadline = self._held[key], self._deadline
+
+        def still() -> float | str:
+            current = self._held.get(key)
+            if current == epoch:
+                return self._deadline
+            return "it was given up" if current is None else f"it is held in epoch {current} now"
+
+        def lost(reason: str) -> ClaimLost:
+            return ClaimLost(
+                f"{self.name} no longer holds {key!r} of {self.keyspace} in epoch {epoch}: {reason}"
+            )
+
+        async with self._while_held(
+            deadline, still, lost, expired="its safe window passed without a renewal"
+        ):
+            yield epoch
+
+    async def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
+        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
+        await super().stop(leave=release)

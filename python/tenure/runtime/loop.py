@@ -53,6 +53,7 @@ class LoopLogic:
         self.safe_window = safe_window
         self.label = label
         self._deadline = 0.0  # monotonic; what is held is valid until then
+        self._followers: list[Callable[[], None]] = []  # told of every change (AsyncCycleLoop._while_held)
 
     # -- to implement ------------------------------------------------------------------
 
@@ -79,6 +80,28 @@ class LoopLogic:
         raise NotImplementedError
 
     # -- shared by both shells ------------------------------------------------------------
+
+    def _tell_followers(self) -> None:
+        """What is held changed (called without _state)."""
+        for follow in list(self._followers):
+            follow()
+
+    def _call(self, callback: Callable[[Any], object] | None, argument: object) -> None:
+        """Run an application's callback; its failure is logged, never the loop's."""
+        if callback is None:
+            return
+        try:
+            result = callback(argument)
+            if inspect.isawaitable(result):
+                self._schedule(result)
+        except Exception:
+            log.exception("%s: callback %r failed", self.label, callback)
+
+    def _schedule(self, awaitable: Awaitable[object]) -> None:
+        """Run what a callback returned (the async shell runs it as a task)."""
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: say why instead of a RuntimeWarning
+        raise TypeError(f"{self.label}: a callback returned an awaitable, which only async runtimes run")
 
     def _failed(self, error: Exception) -> None:
         """A cycle raised ``error``."""
@@ -178,11 +201,16 @@ class CycleLoop(LoopLogic):
             self._connection.close()
             self._connection = None
 
+    def _turn(self) -> contextlib.AbstractContextManager[object]:
+        """Held around each cycle: a runtime whose connection the application uses too (the
+        replica's lock connection) makes the two take turns."""
+        return contextlib.nullcontext()
+
     def _run(self) -> None:
         next_cycle = time.monotonic()
         while not self._stopping.is_set():
             try:
-                with self._cycle_seconds.time():
+                with self._cycle_seconds.time(), self._turn():
                     connection = self._open()
                     with self._deadlines.bounded(connection, self.safe_window):
                         Driver(connection).run(self._cycle())
@@ -231,7 +259,6 @@ class GrantLogic(LoopLogic):
         self._grant: int | None = None
         self._since = time.monotonic()  # when the grant last changed
         self._last_lost: int | None = None  # the last grant given up locally
-        self._followers: list[Callable[[], None]] = []  # told of every change (async leading())
 
     def _gained(self, grant: int) -> None:
         """A new grant (called without _state)."""
@@ -301,24 +328,6 @@ class GrantLogic(LoopLogic):
         self._tell_followers()
         self._lost_grant(previous, reason)
         self._call(self._on_lost, reason)
-
-    def _tell_followers(self) -> None:
-        for follow in list(self._followers):
-            follow()
-
-    def _call(self, callback: Callable[[Any], object] | None, argument: object) -> None:
-        if callback is None:
-            return
-        try:
-            result = callback(argument)
-        except Exception:
-            log.exception("%s: callback %r failed", self.label, callback)
-            return
-        if inspect.isawaitable(result):
-            self._schedule(result)
-
-    def _schedule(self, awaitable: Awaitable[object]) -> None:
-        raise TypeError(f"{self.label}: a callback returned an awaitable, which only async runtimes run")
 
 
 class GrantLoop(GrantLogic, CycleLoop):
@@ -425,6 +434,48 @@ class AsyncCycleLoop(LoopLogic):
         # Shielded: a second cancellation of the enclosing task does not cut the resignation short.
         await asyncio.shield(self.stop())
 
+    @contextlib.asynccontextmanager
+    async def _while_held(
+        self,
+        deadline: float,
+        still: Callable[[], float | str],
+        lost: Callable[[str], Exception],
+        *,
+        expired: str,
+    ) -> AsyncIterator[None]:
+        """Run the body until the monotonic ``deadline`` at most. At every change of what is
+        held, ``still()`` (called with _state held) gives the new deadline, or why the hold
+        ended; then, or when the deadline passes (``expired``), the body is cancelled and
+        ``lost(reason)`` raised in its place. (A step the event loop had already made ready
+        may still run once.)"""
+        loop = asyncio.get_running_loop()
+        reason = expired
+        window = asyncio.timeout_at(loop.time() + deadline - time.monotonic())
+
+        def follow() -> None:  # moves the cancellation with each renewal, or to now
+            nonlocal reason
+            if window.expired():
+                return  # cancelled already; the body may still await its clean-up
+            with self._state:
+                answer = still()
+            if isinstance(answer, str):
+                reason = answer
+                window.reschedule(loop.time())
+            else:
+                window.reschedule(loop.time() + answer - time.monotonic())
+
+        try:
+            async with window:
+                self._followers.append(follow)
+                yield
+        except TimeoutError as error:
+            if window.expired():
+                raise lost(reason) from error
+            raise
+        finally:
+            if follow in self._followers:
+                self._followers.remove(follow)
+
     def _schedule(self, awaitable: Awaitable[object]) -> None:
         future = asyncio.ensure_future(awaitable)
         self._background.add(future)
@@ -448,14 +499,19 @@ class AsyncCycleLoop(LoopLogic):
             await self._connection.close()
             self._connection = None
 
+    def _turn(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """:meth:`CycleLoop._turn` for asyncio."""
+        return contextlib.nullcontext()
+
     async def _run(self) -> None:
         next_cycle = time.monotonic()
         while not self._stopping:
             try:
                 with self._cycle_seconds.time():
-                    connection = await self._open()
-                    with self._deadlines.bounded(connection, self.safe_window):
-                        await AsyncDriver(connection).run(self._cycle())
+                    async with self._turn():
+                        connection = await self._open()
+                        with self._deadlines.bounded(connection, self.safe_window):
+                            await AsyncDriver(connection).run(self._cycle())
             except Exception as error:
                 if isinstance(error, psycopg.Error):
                     await self._close()
@@ -499,29 +555,14 @@ class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
         with self._state:
             grant, deadline = self._grant, self._deadline
         assert grant is not None
-        loop = asyncio.get_running_loop()
-        reason = f"the safe window of {self.grant_name} {grant} passed"
 
-        window = asyncio.timeout_at(loop.time() + deadline - time.monotonic())
+        def still() -> float | str:
+            return self._deadline if self._grant == grant else f"{self.grant_name} {grant} ended"
 
-        def follow() -> None:  # moves the cancellation with each renewal, or to now
-            nonlocal reason
-            with self._state:
-                current, until = self._grant, self._deadline
-            if current == grant:
-                window.reschedule(loop.time() + until - time.monotonic())
-            else:
-                reason = f"{self.grant_name} {grant} ended"
-                window.reschedule(loop.time())
-
-        try:
-            async with window:
-                self._followers.append(follow)
-                yield grant
-        except TimeoutError as error:
-            if window.expired():
-                raise lost(grant, reason) from error
-            raise
-        finally:
-            if follow in self._followers:
-                self._followers.remove(follow)
+        async with self._while_held(
+            deadline,
+            still,
+            lambda reason: lost(grant, reason),
+            expired=f"the safe window of {self.grant_name} {grant} passed",
+        ):
+            yield grant

@@ -25,25 +25,35 @@ does both). The passive replicas try to acquire the lock every ``interval``.
 - A transaction-pooling proxy between the replica and the server (pgbouncer with
   ``pool_mode = transaction``) cannot keep a session lock: ``start()`` detects one and
   refuses to run.
+
+``Replication`` holds every decision above; ``ReplicaManager`` runs it on threads and
+``AsyncReplicaManager`` on asyncio tasks (``async with manager.active() as epoch:``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
 
 import psycopg
 
-from tenure.connect import connect, instance_name, refuse_transaction_pooling
-from tenure.driver import OPS, Driver, Op, ReplicaGrant
+from tenure.connect import (
+    aconnect,
+    arefuse_transaction_pooling,
+    connect,
+    instance_name,
+    refuse_transaction_pooling,
+)
+from tenure.driver import OPS, AsyncDriver, Driver, Op, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
 from tenure.metrics import Metrics
-from tenure.runtime.loop import GrantLoop
+from tenure.runtime.loop import AsyncGrantLoop, GrantLogic, GrantLoop
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +92,14 @@ class ReplicaTiming:
         return self.grace + 2 * self.interval if self.grace > 0 else None
 
 
-class ReplicaManager(GrantLoop):
-    """Holds or competes for a replica lock in a background thread; a context manager.
-
-    ``on_active(epoch)`` runs when this replica becomes active, ``on_passive(reason)``
-    when it stops being active, on whichever thread noticed. Leaving the ``with`` block
-    releases the lock, so a passive replica takes over at its next try.
-    """
+class Replication(GrantLogic):
+    """What a replica manager decides, on threads (:class:`ReplicaManager`) or on asyncio
+    (:class:`AsyncReplicaManager`): the lock session, pings, the reservation and the step
+    aside, what a lost lock means, and which writes are refused."""
 
     grant_name = "epoch"
+    _connection: Any  # the lock connection, of the shell's kind
+    _writing: Any  # the shell's lock around each cycle and each write (see _turn)
 
     def __init__(
         self,
@@ -102,8 +111,8 @@ class ReplicaManager(GrantLoop):
         interval: float = 0.5,
         idle_timeout: float | None = None,
         grace: float | None = None,
-        on_active: Callable[[int], None] | None = None,
-        on_passive: Callable[[str], None] | None = None,
+        on_active: Callable[[int], object] | None = None,
+        on_passive: Callable[[str], object] | None = None,
         check_pooling: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -132,7 +141,7 @@ class ReplicaManager(GrantLoop):
         self._grace_until = 0.0
         self._backoff_until = 0.0
         self._drop_reservation = False
-        self._writing = threading.Lock()  # one user of the lock connection at a time
+        self._writing = self._new_turn()  # one user of the lock connection at a time: a cycle or a write
 
     # -- what the application asks ---------------------------------------------------
 
@@ -166,71 +175,47 @@ class ReplicaManager(GrantLoop):
             "reclaiming": epoch is None and self.in_grace(),
         }
 
-    def wait_until_active(self, timeout: float | None = None) -> bool:
-        return self._wait_for_grant(timeout)
+    # -- writes on the lock connection -----------------------------------------------------
 
-    @contextmanager
-    def write(self) -> Iterator[psycopg.Connection[Any]]:
-        """The lock connection inside a transaction that passed ``replica_guard``.
+    def _writable(self) -> tuple[int, Any]:
+        """The epoch and the lock connection to write in, or NotPrimary: asked before the
+        turn (a passive replica refuses at once) and again with it held."""
+        epoch = self.epoch
+        connection = self._connection
+        if epoch is None or connection is None or connection.closed:
+            raise NotPrimary(
+                f"replica {self.name} is passive: it makes no writes",
+                hint="Send the request to the active replica (through the load balancer) and retry.",
+            )
+        return epoch, connection
 
-        Raises NotPrimary when this replica is passive, or when the database says the
-        session no longer holds the lock in this replica's epoch; the transaction
-        commits when the block ends without an exception.
-        """
-        with self._writing:
-            epoch = self.epoch
-            connection = self._connection
-            if epoch is None or connection is None or connection.closed:
-                raise NotPrimary(
-                    f"replica {self.name} is passive: it makes no writes",
-                    hint="Send the request to the active replica (through the load balancer) and retry.",
-                )
-            try:
-                with connection.transaction():
-                    Driver(connection).replica_guard(epoch=epoch, counter=self.counter, scope=self.scope)
-                    yield connection
-            except psycopg.Error as error:
-                if connection.broken or connection.closed:
-                    self._lost(error)
-                raise
-            except NotPrimary as refused:
-                self._demote(f"write refused: {refused.message}")
-                raise
+    def _write_failed(self, error: Exception, connection: psycopg.BaseConnection[Any]) -> None:
+        """A write on the lock connection raised ``error`` (with the turn held)."""
+        if isinstance(error, NotPrimary):
+            self._demote(f"write refused: {error.message}")
+        elif isinstance(error, psycopg.Error) and (connection.broken or connection.closed):
+            self._lost(error)
 
-    def start(self) -> Self:
-        if self.check_pooling:
-            # The first lock connection is checked before anything is set on its session:
-            # through a transaction pooler that would change a server session others share.
-            connection = self._dial()
-            try:
-                refuse_transaction_pooling(
-                    connection, self.conninfo, what="tenure replicas", needs="a session advisory lock"
-                )
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = self._lock_session(connection)
-        return super().start()
+    # -- the lock session --------------------------------------------------------------
 
-    # -- the cycle ---------------------------------------------------------------------
+    def _dial_options(self) -> dict[str, Any]:
+        """How a lock connection is opened (``connect`` or ``aconnect``), nothing set on it yet."""
+        return {
+            "application_name": f"tenure replica {self.name}",
+            "deadline": self.timing.idle_timeout,
+            "idle_session_timeout": self.timing.idle_timeout,
+        }
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return self._lock_session(self._dial())
-
-    def _dial(self) -> psycopg.Connection[Any]:
-        """A lock connection as it comes from the server, nothing set on its session yet."""
-        return connect(
-            self.conninfo,
-            application_name=f"tenure replica {self.name}",
-            deadline=self.timing.idle_timeout,
-            idle_session_timeout=self.timing.idle_timeout,
-        )
-
-    def _lock_session(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    def _lock_session(self) -> Op[None]:
         # Again by SQL: a proxy (pgbouncer's ignore_startup_parameters) may drop the
         # startup options, and without the timeout a frozen replica keeps the lock.
-        Driver(connection).set_idle_session_timeout(self.timing.idle_timeout)
-        return connection
+        yield from OPS.set_idle_session_timeout(self.timing.idle_timeout)
+
+    def _refuse_pooling(self) -> dict[str, Any]:
+        """What the transaction-pooling check says it refuses, and why."""
+        return {"what": "tenure replicas", "needs": "a session advisory lock"}
+
+    # -- the cycle (run in the shell's turn on the lock connection) ----------------------
 
     def _cycle(self) -> Op[None]:
         with self._state:
@@ -238,14 +223,9 @@ class ReplicaManager(GrantLoop):
         if epoch is not None:
             sent = time.monotonic()
             try:
-                with self._writing:
-                    yield from OPS.replica_ping(
-                        self.name,
-                        epoch,
-                        reserve=self.timing.reserve,
-                        counter=self.counter,
-                        scope=self.scope,
-                    )
+                yield from OPS.replica_ping(
+                    self.name, epoch, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
+                )
             except (psycopg.Error, TenureError) as error:
                 self._lost(error)
                 return
@@ -254,17 +234,15 @@ class ReplicaManager(GrantLoop):
         try:
             if self._drop_reservation:
                 # Let the others acquire first: drop the reservation, then stay out a while.
-                with self._writing:
-                    yield from OPS.replica_release(self.name, counter=self.counter, scope=self.scope)
+                yield from OPS.replica_release(self.name, counter=self.counter, scope=self.scope)
                 self._drop_reservation = False
                 self._backoff_until = time.monotonic() + self.timing.step_aside
             if time.monotonic() < self._backoff_until:
                 return
             sent = time.monotonic()
-            with self._writing:
-                grant = yield from OPS.replica_acquire(
-                    self.name, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
-                )
+            grant = yield from OPS.replica_acquire(
+                self.name, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
+            )
         except psycopg.Error as error:
             log.warning("%s: acquisition failed: %s", self.label, error)
             self._close_connection()
@@ -288,9 +266,12 @@ class ReplicaManager(GrantLoop):
 
     # -- role changes ------------------------------------------------------------------
 
+    def _new_turn(self) -> Any:
+        raise NotImplementedError
+
     def _close_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
+        """Close the lock connection now: whatever its session holds, it holds no longer."""
+        raise NotImplementedError
 
     def _lost(self, error: Exception) -> None:
         """The lock connection broke, or the database says the lock is no longer ours."""
@@ -320,6 +301,146 @@ class ReplicaManager(GrantLoop):
         self.metrics.replica_active.labels(str(self.lock_id)).set(0)
         self.metrics.replica_epoch.labels(str(self.lock_id)).set(0)
         log.info("%s: passive: %s", self.name, reason)
+
+
+class ReplicaManager(Replication, GrantLoop):
+    """Holds or competes for a replica lock in a background thread; a context manager.
+
+    ``on_active(epoch)`` runs when this replica becomes active, ``on_passive(reason)``
+    when it stops being active, on whichever thread noticed. Leaving the ``with`` block
+    releases the lock, so a passive replica takes over at its next try.
+    """
+
+    _writing: threading.RLock
+
+    def wait_until_active(self, timeout: float | None = None) -> bool:
+        return self._wait_for_grant(timeout)
+
+    @contextmanager
+    def write(self) -> Iterator[psycopg.Connection[Any]]:
+        """The lock connection inside a transaction that passed ``replica_guard``.
+
+        Raises NotPrimary when this replica is passive, or when the database says the
+        session no longer holds the lock in this replica's epoch; the transaction
+        commits when the block ends without an exception.
+        """
+        self._writable()  # a passive replica refuses at once, without waiting for its turn
+        with self._writing:
+            epoch, connection = self._writable()
+            try:
+                with connection.transaction():
+                    Driver(connection).replica_guard(epoch=epoch, counter=self.counter, scope=self.scope)
+                    yield connection
+            except (psycopg.Error, NotPrimary) as error:
+                self._write_failed(error, connection)
+                raise
+
+    def start(self) -> Self:
+        if self.check_pooling:
+            # The first lock connection is checked before anything is set on its session:
+            # through a transaction pooler that would change a server session others share.
+            connection = connect(self.conninfo, **self._dial_options())
+            try:
+                refuse_transaction_pooling(connection, self.conninfo, **self._refuse_pooling())
+                Driver(connection).run(self._lock_session())
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return super().start()
+
+    def _new_turn(self) -> threading.RLock:
+        return threading.RLock()  # reentrant: a callback of the cycle may write
+
+    def _turn(self) -> threading.RLock:
+        return self._writing
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = connect(self.conninfo, **self._dial_options())
+        Driver(connection).run(self._lock_session())
+        return connection
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+
+class AsyncReplicaManager(Replication, AsyncGrantLoop):
+    """:class:`ReplicaManager` for asyncio: the same replica on two tasks of the running event
+    loop, without a thread. Use as ``async with``: leaving the block, or the cancellation of
+    the task in it, releases the lock.
+
+    ``on_active`` and ``on_passive`` run on the event loop; a callback may be a coroutine
+    function (it runs as a task of its own). Writes go through ``async with
+    manager.write() as connection:`` on the lock connection, as with the sync manager;
+    ``async with manager.active() as epoch:`` runs a body only while active.
+    """
+
+    _writing: asyncio.Lock
+
+    async def wait_until_active(self, timeout: float | None = None) -> bool:
+        """Wait until this replica is active (True) or ``timeout`` passes (False)."""
+        return await self._wait_for_grant(timeout)
+
+    def active(self, timeout: float | None = None) -> AbstractAsyncContextManager[int]:
+        """``async with manager.active() as epoch:`` runs its body only while active in ``epoch``.
+
+        Waits up to ``timeout`` seconds (None: for ever) to be active, else TimeoutError.
+        When the epoch ends (the lock is lost, or no ping succeeded within the idle timeout
+        of when it was sent), the body is cancelled at once and
+        :class:`~tenure.errors.NotPrimary` raised from the block.
+        """
+        return self._holding_grant(timeout, self._epoch_lost)
+
+    def _epoch_lost(self, epoch: int, reason: str) -> Exception:
+        return NotPrimary(f"replica {self.name} is no longer active in epoch {epoch}: {reason}")
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The lock connection inside a transaction that passed ``replica_guard``
+        (see :meth:`ReplicaManager.write`)."""
+        self._writable()  # a passive replica refuses at once, without waiting for its turn
+        async with self._writing:
+            epoch, connection = self._writable()
+            try:
+                async with connection.transaction():
+                    await AsyncDriver(connection).replica_guard(
+                        epoch=epoch, counter=self.counter, scope=self.scope
+                    )
+                    yield connection
+            except (psycopg.Error, NotPrimary) as error:
+                self._write_failed(error, connection)
+                raise
+
+    async def start(self) -> Self:
+        if self.check_pooling:
+            connection = await aconnect(self.conninfo, **self._dial_options())
+            try:
+                await arefuse_transaction_pooling(connection, self.conninfo, **self._refuse_pooling())
+                await AsyncDriver(connection).run(self._lock_session())
+            except BaseException:
+                await connection.close()
+                raise
+            self._connection = connection
+        return await super().start()
+
+    def _new_turn(self) -> asyncio.Lock:
+        return asyncio.Lock()
+
+    def _turn(self) -> asyncio.Lock:
+        return self._writing
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        connection = await aconnect(self.conninfo, **self._dial_options())
+        await AsyncDriver(connection).run(self._lock_session())
+        return connection
+
+    def _close_connection(self) -> None:
+        # Detached now, so the loop reconnects; AsyncConnection.close() only ends the
+        # socket (no round trip), so the task that runs it ends the session at once.
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._schedule(connection.close())
 
 
 # -- HTTP: the load balancer's health check and the application's routes ----------------

@@ -58,6 +58,7 @@ from tenure.connect import (
     Deadlines,
     aconfirm_commit,
     aconnect,
+    arefuse_transaction_pooling,
     check_start,
     connection_options,
     durable_transaction,
@@ -65,7 +66,6 @@ from tenure.connect import (
     instance_name,
     listen,
     lost_server,
-    refuse_pooled_pids,
     watch_commits,
 )
 from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled
@@ -1209,18 +1209,10 @@ async def _acheck_start(worker: TaskLogic) -> None:
     async with await aconnect(
         worker.conninfo, application_name=f"tenure tasks {worker.name}", deadline=5.0
     ) as probe:
-        if not worker.listen:
-            return
-        async with await aconnect(
-            worker.conninfo, application_name=f"tenure pooling probe {worker.name}", deadline=5.0
-        ) as other:
-            first = await AsyncDriver(probe).backend_pid()
-            for _ in range(3):
-                second = await AsyncDriver(other).backend_pid()
-                again = await AsyncDriver(probe).backend_pid()
-                refuse_pooled_pids(
-                    first, second, again, what="a task worker that listens for new tasks", needs="LISTEN"
-                )
+        if worker.listen:
+            await arefuse_transaction_pooling(
+                probe, worker.conninfo, what="a task worker that listens for new tasks", needs="LISTEN"
+            )
 
 
 # What a processor's runner hands the dispatcher when no processor takes the task's state:

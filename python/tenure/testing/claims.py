@@ -2,14 +2,19 @@
 ``work_every`` seconds, does fenced work on a few of the keys it holds (a row in
 ``tenure_demo.claim_work`` written under ``claim_fence`` in the same transaction).
 It prints one JSON line per event. Run one with
-``python -m tenure.testing.claims --db URL --keyspace services``.
+``python -m tenure.testing.claims --db URL --keyspace services``; with ``--async`` the
+same service runs on asyncio (``AsyncClaimer``, each fenced write inside
+``claimer.holding(key)``), without a thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import random
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -21,10 +26,10 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from tenure.connect import connect
-from tenure.driver import Driver
+from tenure.connect import aconnect, connect
+from tenure.driver import AsyncDriver, Driver
 from tenure.errors import ClaimLost
-from tenure.runtime.claims import Claimer, Keys
+from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.testing.child import ChildProcess, emit
 
@@ -82,10 +87,88 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
     emit("released")
 
 
-class ClaimerProcess(ChildProcess):
-    """A claim-holding demo service as a child process."""
+async def run_async_service(
+    conninfo: str, keyspace: str, *, cycle: float, expiry: float, work_every: float
+) -> None:
+    """:func:`run_service` on asyncio: the same events, each fenced write in ``holding(key)``."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    chooser = random.Random()
 
-    def __init__(self, conninfo: str, keyspace: str, log_path: Path, *, cycle: float, expiry: float) -> None:
+    async def work(claimer: AsyncClaimer) -> None:
+        connection = None
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), work_every)
+                break
+            held: Keys = claimer.held()
+            for key in chooser.sample(sorted(held), min(5, len(held))):
+                epoch = held[key]
+                try:
+                    if connection is None or connection.broken or connection.closed:
+                        connection = await aconnect(
+                            conninfo,
+                            application_name=f"tenure demo claim work {claimer.name}",
+                            deadline=expiry,
+                        )
+                    async with claimer.holding(key, timeout=0) as held_in:
+                        if held_in != epoch:
+                            continue  # lost and taken again meanwhile: not the epoch chosen
+                        try:
+                            async with connection.transaction():
+                                await AsyncDriver(connection).claim_fence(
+                                    keyspace, claimer.instance_id, key, epoch
+                                )
+                                await connection.execute(
+                                    "INSERT INTO tenure_demo.claim_work (keyspace, key, epoch, instance_id) "
+                                    "VALUES (%s, %s, %s, %s)",
+                                    (keyspace, key, epoch, claimer.instance_id),
+                                )
+                            emit("work", key=key, epoch=epoch)
+                        except ClaimLost:
+                            emit("refused", key=key, epoch=epoch)  # the database's fence refused it
+                except TimeoutError:
+                    continue  # not held any more: do not act on it
+                except ClaimLost:
+                    # holding() cancelled the write as the key was lost: its connection may be
+                    # mid-statement, so it is not used again
+                    emit("work_cancelled", key=key, epoch=epoch)
+                    if connection is not None:
+                        await connection.close()
+                        connection = None
+                except psycopg.Error as error:
+                    emit("work_failed", error=str(error).splitlines()[0])
+        if connection is not None:
+            await connection.close()
+
+    async with AsyncClaimer(
+        conninfo,
+        keyspace,
+        cycle=cycle,
+        expiry=expiry,
+        on_gained=lambda keys: emit("gained", count=len(keys)),
+        on_lost=lambda keys: emit("lost", count=len(keys)),
+    ) as claimer:
+        emit("started", instance_id=str(claimer.instance_id), pid=os.getpid(), mode="async")
+        await work(claimer)
+    emit("released")
+
+
+class ClaimerProcess(ChildProcess):
+    """A claim-holding demo service as a child process (on asyncio with ``async_mode``)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        keyspace: str,
+        log_path: Path,
+        *,
+        cycle: float,
+        expiry: float,
+        async_mode: bool = False,
+    ) -> None:
         super().__init__(
             [
                 sys.executable,
@@ -99,6 +182,7 @@ class ClaimerProcess(ChildProcess):
                 str(cycle),
                 "--expiry",
                 str(expiry),
+                *(["--async"] if async_mode else []),
             ],
             log_path,
         )
@@ -114,7 +198,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cycle", type=float, default=0.5)
     parser.add_argument("--expiry", type=float, default=1.5)
     parser.add_argument("--work-every", type=float, default=0.2)
+    parser.add_argument(
+        "--async", dest="async_mode", action="store_true", help="run on asyncio (AsyncClaimer)"
+    )
     args = parser.parse_args(argv)
+    if args.async_mode:
+        asyncio.run(
+            run_async_service(
+                args.db, args.keyspace, cycle=args.cycle, expiry=args.expiry, work_every=args.work_every
+            )
+        )
+        return
     run_service(args.db, args.keyspace, cycle=args.cycle, expiry=args.expiry, work_every=args.work_every)
 
 

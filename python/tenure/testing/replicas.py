@@ -5,15 +5,19 @@ A demo replica (``python -m tenure.testing.replicas --db URL --name r1 --port 80
 runs a ReplicaManager and serves ``GET /health/active``, ``GET /health/live`` and
 ``POST /write``: while active, each write inserts a row into
 ``tenure_demo.replica_writes`` through the lock connection after ``replica_guard``,
-with the replica's name, its epoch, the backend pid and the server's time.
+with the replica's name, its epoch, the backend pid and the server's time. With
+``--async`` the same service runs on asyncio: an AsyncReplicaManager and a small HTTP
+server of asyncio streams on one event loop, no thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -29,8 +33,9 @@ import psycopg
 from psycopg.rows import class_row
 
 from tenure.driver import Driver
+from tenure.errors import NotPrimary
 from tenure.http.replica import ReplicaServer, active_only
-from tenure.runtime.replicas import ReplicaManager
+from tenure.runtime.replicas import AsyncReplicaManager, ReplicaManager
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.testing.child import ChildProcess, emit
 from tenure.testing.procs import free_port
@@ -53,17 +58,90 @@ def run_replica(
     def write(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         request_id = str(request.get("request_id") or uuid.uuid4())
         with manager.write() as connection:
-            row = connection.execute(
-                "INSERT INTO tenure_demo.replica_writes (request_id, replica, epoch, pid) "
-                "VALUES (%s, %s, tenure.replica_guard(), pg_backend_pid()) RETURNING epoch, pid, done_at",
-                (request_id, manager.name),
-            ).fetchone()
+            row = connection.execute(WRITE, (request_id, manager.name)).fetchone()
         assert row is not None
         return 200, {"request_id": request_id, "replica": manager.name, "epoch": row[0], "pid": row[1]}
 
     with manager, ReplicaServer(manager, host=host, port=port, routes={("POST", "/write"): write}) as server:
         emit("started", replica=manager.name, url=server.url, pid=os.getpid())
         wait_for_shutdown()
+    emit("stopped")
+
+
+# The write of POST /write, made on the lock connection in a transaction that passed replica_guard.
+WRITE = (
+    "INSERT INTO tenure_demo.replica_writes (request_id, replica, epoch, pid) "
+    "VALUES (%s, %s, tenure.replica_guard(), pg_backend_pid()) RETURNING epoch, pid, done_at"
+)
+
+
+async def run_async_replica(
+    conninfo: str, *, name: str, host: str, port: int, interval: float, idle_timeout: float, grace: float
+) -> None:
+    """:func:`run_replica` on asyncio: the same routes and answers, from an AsyncReplicaManager."""
+    manager = AsyncReplicaManager(
+        conninfo,
+        name=name,
+        interval=interval,
+        idle_timeout=idle_timeout,
+        grace=grace,
+        on_active=lambda epoch: emit("active", epoch=epoch),
+        on_passive=lambda reason: emit("passive", reason=reason),
+    )
+
+    async def write(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request_id = str(request.get("request_id") or uuid.uuid4())
+        refusal = {"error": f"replica {manager.name} is passive", "role": "passive", "replica": manager.name}
+        try:
+            async with manager.write() as connection:
+                row = await (await connection.execute(WRITE, (request_id, manager.name))).fetchone()
+        except NotPrimary as refused:
+            return 503, {**refusal, "error": refused.message}
+        assert row is not None
+        return 200, {"request_id": request_id, "replica": manager.name, "epoch": row[0], "pid": row[1]}
+
+    async def answer(method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        if (method, path) == ("GET", "/health/active"):
+            status = manager.status()
+            return (200 if status["role"] == "active" else 503), status
+        if (method, path) == ("GET", "/health/live"):
+            return 200, {"live": True, **manager.status()}
+        if (method, path) == ("POST", "/write"):
+            return await write(json.loads(body) if body else {})
+        return 404, {"error": f"no route {method} {path}"}
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # One request per connection (Connection: close): enough for HAProxy and the Client.
+        try:
+            method, path, _ = (await reader.readline()).decode("latin-1").split(" ", 2)
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                header, _, value = line.decode("latin-1").partition(":")
+                if header.strip().lower() == "content-length":
+                    length = int(value)
+            try:
+                status, reply = await answer(method, path.split("?", 1)[0], await reader.readexactly(length))
+            except Exception as error:
+                status, reply = 500, {"error": f"{error.__class__.__name__}: {error}"}
+            data = json.dumps(reply).encode()
+            writer.write(
+                f"HTTP/1.1 {status} {http.client.responses.get(status, '')}\r\nContent-Type: application/json"
+                f"\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+        except (ValueError, OSError, asyncio.IncompleteReadError):
+            pass  # a malformed request or a client gone: nothing to answer
+        finally:
+            writer.close()
+
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
+    async with manager, await asyncio.start_server(serve, host, port) as server:
+        emit("started", replica=manager.name, url=f"http://{host}:{port}", pid=os.getpid(), flavour="async")
+        await stopping.wait()
+        server.close()
     emit("stopped")
 
 
@@ -76,9 +154,9 @@ def replica_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--idle-timeout", type=float, default=1.5)
     parser.add_argument("--grace", type=float, default=2.0)
+    parser.add_argument("--async", dest="use_async", action="store_true", help="run on asyncio")
     args = parser.parse_args(argv)
-    run_replica(
-        args.db,
+    options: dict[str, Any] = dict(
         name=args.name,
         host=args.host,
         port=args.port,
@@ -86,6 +164,10 @@ def replica_main(argv: list[str] | None = None) -> None:
         idle_timeout=args.idle_timeout,
         grace=args.grace,
     )
+    if args.use_async:
+        asyncio.run(run_async_replica(args.db, **options))
+    else:
+        run_replica(args.db, **options)
 
 
 @dataclass(frozen=True)
@@ -107,10 +189,18 @@ class ReplicaProcess(ChildProcess):
     """A demo replica (python -m tenure.testing.replicas) as a child process."""
 
     def __init__(
-        self, conninfo: str, name: str, log_path: Path, *, settings: ReplicaSettings, port: int | None = None
+        self,
+        conninfo: str,
+        name: str,
+        log_path: Path,
+        *,
+        settings: ReplicaSettings,
+        port: int | None = None,
+        flavour: str = "sync",
     ) -> None:
         self.name = name
         self.port = port or free_port()
+        self.flavour = flavour
         super().__init__(
             [
                 sys.executable,
@@ -128,6 +218,7 @@ class ReplicaProcess(ChildProcess):
                 str(settings.idle_timeout),
                 "--grace",
                 str(settings.grace),
+                *(["--async"] if flavour == "async" else []),
             ],
             log_path,
         )

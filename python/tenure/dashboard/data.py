@@ -1,0 +1,294 @@
+"""What each page of the dashboard shows: one function per area, reading tenure's public
+views (and the history views) in one read-only snapshot, returning plain dicts. The HTML
+page and its JSON twin are both made from the same dict.
+
+Every query here is a fixed text; what a user names (a task id, a filter) is a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from tenure.driver import Driver
+
+Rows = list[dict[str, Any]]
+
+# How many rows a list on a page shows at most: the counts above each list are exact.
+LIST_LIMIT = 200
+
+
+class NotFound(LookupError):
+    """What a page was asked for does not exist (HTTP 404)."""
+
+
+def snapshot(connection: psycopg.Connection[Any], read: Callable[[Reader], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``read`` in one REPEATABLE READ READ ONLY transaction, so that every section of
+    a page agrees with the others; add the server time the snapshot was taken at."""
+    with connection.transaction():
+        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        reader = Reader(connection)
+        taken_at = reader.driver.server_time()
+        return {"taken_at": taken_at, **read(reader)}
+
+
+class Reader:
+    """Rows of a snapshot: the operator views through the driver, the rest as fixed queries."""
+
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+        self.driver = Driver(connection)
+
+    def view(self, name: str) -> Rows:
+        return self.driver.view_rows(name)
+
+    def rows(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Rows:
+        with self.connection.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(query.encode(), params)
+            return cursor.fetchall()
+
+    def one(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> dict[str, Any]:
+        rows = self.rows(query, params)
+        return rows[0] if rows else {}
+
+
+def _since(window: timedelta) -> str:
+    return f"now() - interval '{int(window.total_seconds())} seconds'"
+
+
+def _buckets(reader: Reader, table_expr: str, time_col: str, group_col: str, window: timedelta) -> Rows:
+    """Counts per (group, time bucket) of ``table_expr`` rows over the last ``window``, in
+    60 buckets, for a chart. ``table_expr``, ``time_col`` and ``group_col`` are this
+    module's own fixed texts, never a user's."""
+    step = max(1, int(window.total_seconds()) // 60)
+    return reader.rows(
+        f"SELECT {group_col} AS grp, "
+        f"date_bin(make_interval(secs => %s), {time_col}, now() - make_interval(secs => %s)) AS bucket, "
+        f"count(*) AS n FROM {table_expr} WHERE {time_col} >= {_since(window)} "
+        "GROUP BY 1, 2 ORDER BY 1, 2",
+        (step, step * 60),
+    )
+
+
+def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Per area: counts, errors, and anything stuck."""
+    heartbeat = reader.one(
+        "SELECT count(*) AS types, count(*) FILTER (WHERE live) AS live, "
+        "coalesce(array_agg(utype ORDER BY utype) FILTER (WHERE NOT live), '{}') AS without_primary "
+        "FROM tenure.heartbeat_status"
+    )
+    replicas = reader.one(
+        "SELECT count(*) AS locks, count(*) FILTER (WHERE pid IS NOT NULL) AS active, "
+        "coalesce(array_agg(scope || '/' || counter ORDER BY scope, counter) FILTER (WHERE pid IS NULL), "
+        "'{}') "
+        "AS without_active FROM tenure.replicas"
+    )
+    claims = reader.one(
+        "SELECT count(*) AS keyspaces, coalesce(sum(keys), 0)::bigint AS keys, "
+        "coalesce(sum(claimed), 0)::bigint AS claimed, coalesce(sum(unclaimed), 0)::bigint AS unclaimed, "
+        "max(longest_unclaimed) AS longest_unclaimed, "
+        "coalesce(sum(live_instances), 0)::bigint AS live_instances "
+        "FROM tenure.claim_keyspaces"
+    )
+    tasks = reader.one(
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, "
+        "count(*) FILTER (WHERE leased) AS leased, count(*) FILTER (WHERE due) AS due, "
+        "count(*) FILTER (WHERE status = 'dead') AS dead, "
+        "count(*) FILTER (WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now()) "
+        "AS leases_past_due, now() - min(next_action) FILTER (WHERE due) AS oldest_due_age "
+        "FROM tenure.tasks"
+    )
+    batches = reader.one(
+        "SELECT count(*) AS queues, coalesce(sum(queued), 0)::bigint AS queued, "
+        "coalesce(sum(pending), 0)::bigint AS pending, coalesce(sum(unknown), 0)::bigint AS unknown, "
+        "coalesce(sum(invalid), 0)::bigint AS invalid, max(oldest_waiting_age) AS oldest_waiting_age, "
+        "coalesce(sum(cardinality(halted_keys)), 0)::bigint AS halted_keys FROM tenure.batch_queues"
+    )
+    schedules = reader.one(
+        "SELECT count(*) AS schedules, count(*) FILTER (WHERE paused) AS paused, "
+        "count(*) FILTER (WHERE next_slot < now() - interval '1 minute') AS overdue, "
+        "count(*) FILTER (WHERE last_task_status = 'dead') AS last_run_dead FROM tenure.schedules"
+    )
+    problems: list[dict[str, str]] = []
+
+    def problem(area: str, what: str) -> None:
+        problems.append({"area": area, "problem": what})
+
+    for utype in heartbeat["without_primary"]:
+        problem("heartbeat", f"service type {utype} has no live primary")
+    for lock in replicas["without_active"]:
+        problem("replicas", f"replica lock {lock} has no active replica")
+    if claims["unclaimed"]:
+        problem("claims", f"{claims['unclaimed']} keys have no live claim")
+    if tasks["dead"]:
+        problem("tasks", f"{tasks['dead']} dead tasks")
+    if tasks["leases_past_due"]:
+        problem("tasks", f"{tasks['leases_past_due']} leases past due (their workers stopped renewing)")
+    if batches["halted_keys"]:
+        problem("batches", f"{batches['halted_keys']} batch keys halted by an invalid batch")
+    if batches["unknown"]:
+        problem("batches", f"{batches['unknown']} batches in status unknown")
+    if schedules["overdue"]:
+        problem("schedules", f"{schedules['overdue']} schedules overdue by more than a minute")
+    if schedules["last_run_dead"]:
+        problem("schedules", f"{schedules['last_run_dead']} schedules whose last task is dead")
+    return {
+        "heartbeat": heartbeat,
+        "replicas": replicas,
+        "claims": claims,
+        "tasks": tasks,
+        "batches": batches,
+        "schedules": schedules,
+        "problems": problems,
+    }
+
+
+def heartbeat(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Every service type's primary, term and time left; the terms of the window."""
+    return {
+        "types": reader.rows(
+            "SELECT *, valid_until - now() AS time_left FROM tenure.heartbeat_status ORDER BY utype"
+        ),
+        "terms": reader.rows(
+            "SELECT utype, term, instance_id, started_at, ended_at, end_reason FROM tenure.heartbeat_terms "
+            f"WHERE coalesce(ended_at, 'infinity') >= {_since(window)} ORDER BY utype, term LIMIT %s",
+            (LIST_LIMIT * 10,),
+        ),
+    }
+
+
+def replicas(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Every replica lock: the active replica, epoch, reservation; acquisitions of the window."""
+    return {
+        "locks": reader.view("replicas"),
+        "terms": reader.rows(
+            "SELECT scope, counter, lock_id, epoch, replica, pid, acquired_at, "
+            "lead(acquired_at) OVER (PARTITION BY lock_id ORDER BY epoch) AS ended_at "
+            "FROM tenure.replica_terms ORDER BY scope, counter, epoch"
+        )[-LIST_LIMIT * 10 :],
+        "acquisitions": _buckets(
+            reader, "tenure.replica_terms", "acquired_at", "scope || '/' || counter", window
+        ),
+    }
+
+
+def claims(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Per keyspace: keys, instances and what they hold; handovers over the window."""
+    return {
+        "keyspaces": reader.view("claim_keyspaces"),
+        "instances": reader.view("claim_instances"),
+        "unclaimed": reader.rows(
+            "SELECT keyspace, key, epoch, unclaimed_for FROM tenure.claims WHERE NOT live "
+            "ORDER BY unclaimed_for DESC NULLS LAST, keyspace, key LIMIT %s",
+            (LIST_LIMIT,),
+        ),
+        "handovers": _buckets(reader, "tenure.claim_grants", "claimed_at", "keyspace", window),
+    }
+
+
+def tasks(reader: Reader, window: timedelta, *, kind: str | None = None) -> dict[str, Any]:
+    """Tasks by kind, state and status; leases past due; dead tasks with their last error;
+    leases granted and tasks finished over the window."""
+    return {
+        "kind": kind,
+        "status": [r for r in reader.view("task_status") if kind is None or r["kind"] == kind],
+        "past_due": reader.rows(
+            "SELECT id, kind, state, owner, epoch, attempts, now() - next_action AS overdue_by "
+            "FROM tenure.tasks "
+            "WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now() "
+            "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action LIMIT %(limit)s",
+            {"kind": kind, "limit": LIST_LIMIT},
+        ),
+        "dead": reader.rows(
+            "SELECT id, kind, state, attempts, max_attempts, last_error, finished_at FROM tenure.tasks "
+            "WHERE status = 'dead' AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
+            "ORDER BY finished_at DESC LIMIT %(limit)s",
+            {"kind": kind, "limit": LIST_LIMIT},
+        ),
+        "leases": _buckets(reader, "tenure.task_leases", "leased_at", "how", window),
+        "finished": _buckets(
+            reader,
+            "(SELECT * FROM tenure.tasks WHERE status <> 'pending') t",
+            "finished_at",
+            "status",
+            window,
+        ),
+    }
+
+
+def task(reader: Reader, task_id: UUID) -> dict[str, Any]:
+    """One task and every lease it had."""
+    found = reader.rows(
+        "SELECT id, kind, state, status, owner, epoch, data, attempts, max_attempts, last_error, "
+        "idempotency_key, created_at, last_change, next_action, leased_at, finished_at, leased, due "
+        "FROM tenure.tasks WHERE id = %s",
+        (task_id,),
+    )
+    if not found:
+        raise NotFound(f"no task {task_id}")
+    leases = reader.rows(
+        "SELECT epoch, owner, leased_at, how, "
+        "lead(leased_at) OVER (ORDER BY epoch) AS ended_at FROM tenure.task_leases "
+        "WHERE task_id = %s ORDER BY epoch",
+        (task_id,),
+    )
+    return {"task": found[0], "leases": leases}
+
+
+def batches(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Per queue and key: depth; halted keys with the batch that halts them; throughput."""
+    return {
+        "queues": reader.view("batch_queues"),
+        "keys": reader.rows(
+            "SELECT keyspace, key, mode, claimant, claimed, queued, pending, unknown, invalid, committed, "
+            "oldest_waiting_age, halted FROM tenure.batch_keys "
+            "WHERE queued + pending + unknown + invalid > 0 "
+            "ORDER BY halted DESC, queued + pending + unknown DESC, keyspace, key LIMIT %s",
+            (LIST_LIMIT,),
+        ),
+        "halted": reader.rows(
+            "SELECT DISTINCT ON (b.keyspace, b.key) b.keyspace, b.key, b.seq, b.id, b.attempts, b.detail, "
+            "b.resolved_at FROM tenure.batches b JOIN tenure.batch_keys k USING (keyspace, key) "
+            "WHERE k.halted AND b.status = 'invalid' ORDER BY b.keyspace, b.key, b.seq LIMIT %s",
+            (LIST_LIMIT,),
+        ),
+        "throughput": _buckets(
+            reader,
+            "(SELECT * FROM tenure.batches WHERE status IN ('committed', 'invalid', 'skipped')) b",
+            "resolved_at",
+            "status",
+            window,
+        ),
+    }
+
+
+def schedules(reader: Reader, window: timedelta) -> dict[str, Any]:
+    """Every schedule: next and last slot, its last run's status."""
+    return {
+        "schedules": reader.rows(
+            "SELECT name, kind, cron, every, timezone, paused, next_slot, now() - next_slot AS overdue_by, "
+            "last_slot, last_task_id, last_task_status, catch_up FROM tenure.schedules ORDER BY name"
+        )
+    }
+
+
+def window_of(text: str | None, default: timedelta) -> timedelta:
+    """The chart window from ?window=SECONDS (60 s to 7 days)."""
+    if text is None or text == "":
+        return default
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise ValueError(f"window must be a whole number of seconds, got {text!r}") from None
+    if not 60 <= seconds <= 7 * 86400:
+        raise ValueError(f"window must be from 60 to 604800 seconds, got {seconds}")
+    return timedelta(seconds=seconds)
+
+
+def ago(now: datetime, when: datetime | None) -> timedelta | None:
+    return None if when is None else now - when
