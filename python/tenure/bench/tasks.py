@@ -270,7 +270,7 @@ def task_throughput(
             f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
             f"       {cycle:8.0f} /s   {cycle / bare:.2f}                 {processes:8.0f} /s   "
             f"{processes / bare:.2f}       {async_processes:8.0f} /s   {async_processes / bare:.2f} "
-            f"({async_processes / processes:.2f})",
+            f"({async_processes / processes if processes else float('nan'):.2f})",
             flush=True,
         )
 
