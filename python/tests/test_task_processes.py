@@ -136,6 +136,14 @@ def test_two_step_tasks_survive_kills_and_freezes(
     steps = Counter((task_id, step) for task_id, _, _, step, _ in audit)
     assert len(steps) == 2 * TASKS and set(steps.values()) == {1}, "every step accepted exactly once"
 
+    # From the children's own logs: each incarnation announced its own instance id (and, in
+    # the async mode, that it ran on asyncio), and every accepted write came from one of them.
+    announced = [worker.instance_id for worker in workers]
+    assert len(set(announced)) == len(announced), "a restarted worker reused an instance id"
+    assert {owner for _, _, owner, _, _ in audit} <= set(announced), "a write by an unknown owner"
+    if mode == "async":
+        assert all(" started: " in w.output() and "; asyncio" in w.output() for w in workers)
+
     by_task = leases(admin)
     for task_id, epoch, owner, step, done_at in audit:
         held = by_task[task_id]
