@@ -12,6 +12,8 @@ async context managers that run on the application's event loop, without a threa
   the key is held in that epoch, cancelled when the key is lost.
 - ``AsyncSubmissionPool``: the batch queue's submitters and monitor as tasks, with
   coroutine ``submit`` and ``status``; the same per-key order and checks.
+- ``AsyncTaskWorker``: ``async def`` processors, cancelled when their lease is lost; an
+  outcome's async ``writes`` run on its AsyncConnection, in the transition's transaction.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -23,6 +25,7 @@ from tenure.runtime.batches import AsyncSubmissionPool
 from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
 from tenure.runtime.replicas import AsyncReplicaManager
+from tenure.runtime.tasks import AsyncTaskWorker
 
 __all__ = [
     "AsyncClaimer",
@@ -30,5 +33,6 @@ __all__ = [
     "AsyncElector",
     "AsyncReplicaManager",
     "AsyncSubmissionPool",
+    "AsyncTaskWorker",
     "aconnect",
 ]

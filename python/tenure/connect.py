@@ -184,7 +184,7 @@ def durable_transaction(connection: psycopg.Connection[Any]) -> Iterator[psycopg
     confirm_commit(connection)
 
 
-def lost_server(error: BaseException, connection: psycopg.Connection[Any] | None = None) -> bool:
+def lost_server(error: BaseException, connection: psycopg.BaseConnection[Any] | None = None) -> bool:
     """Whether ``error`` means this connection no longer reaches a writable primary.
 
     A broken connection, a terminated or shut down backend (57P01-57P03), a

@@ -6,16 +6,20 @@ flow/waiting  "confirms with the remote system" and completes
 slow          holds its task for a while (for takeover timing), then completes
 quick         completes at once without writes: its outcome rides in the worker's
               batched round trips (task_cycle), not in a transaction of its own
+
+ASYNC_PROCESSORS are the same steps as coroutines, with async writes, for
+``tenure task worker --async`` (the AsyncTaskWorker).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import psycopg
 
-from tenure.runtime.tasks import Complete, Processor, Release, Task
+from tenure.runtime.tasks import AsyncProcessor, Complete, Processor, Release, Task
 
 
 def audit(task: Task, step: str) -> Any:
@@ -50,6 +54,41 @@ PROCESSORS: dict[str | tuple[str, str], Processor] = {
     ("flow", "waiting"): confirm,
     "slow": slow,
     "quick": quick,
+}
+
+
+def aaudit(task: Task, step: str) -> Any:
+    async def write(db: psycopg.AsyncConnection[Any]) -> None:
+        await db.execute(
+            "INSERT INTO task_audit (task_id, epoch, owner, step) VALUES (%s, %s, %s, %s)",
+            (task.id, task.epoch, task.owner, step),
+        )
+
+    return write
+
+
+async def asubmit(task: Task) -> Release:
+    return Release(delay=0.2, state="waiting", writes=aaudit(task, "submit"))
+
+
+async def aconfirm(task: Task) -> Complete:
+    return Complete(state="confirmed", writes=aaudit(task, "confirm"))
+
+
+async def aslow(task: Task) -> Complete:
+    await asyncio.sleep(float(task.data.get("seconds", 3)))
+    return Complete(writes=aaudit(task, "slow"))
+
+
+async def aquick(task: Task) -> Complete:
+    return Complete(state="quick")
+
+
+ASYNC_PROCESSORS: dict[str | tuple[str, str], AsyncProcessor] = {
+    ("flow", "new"): asubmit,
+    ("flow", "waiting"): aconfirm,
+    "slow": aslow,
+    "quick": aquick,
 }
 
 AUDIT_SQL = """

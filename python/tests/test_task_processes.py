@@ -36,18 +36,34 @@ SLACK = 0.5
 HERE = Path(__file__).resolve().parent
 
 
-def spawn_worker(conninfo: str, log: Path) -> TaskWorkerProcess:
+def spawn_worker(conninfo: str, log: Path, *, asynchronous: bool = False) -> TaskWorkerProcess:
     return TaskWorkerProcess(
-        conninfo, "task_app", log, lease=LEASE, poll_interval=POLL, env=dict(os.environ, PYTHONPATH=str(HERE))
+        conninfo,
+        "task_app",
+        log,
+        lease=LEASE,
+        poll_interval=POLL,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+        asynchronous=asynchronous,
     )
+
+
+# The fault tests run against the threaded worker and against the AsyncTaskWorker
+# (``tenure task worker --async``: async processors and async writes on one event loop).
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
 def workers(
-    app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path, mode: str
 ) -> Iterator[list[TaskWorkerProcess]]:
     admin.execute(AUDIT_SQL)
-    started = [spawn_worker(app_conninfo, tmp_path / f"worker-{n}.log") for n in range(4)]
+    started = [
+        spawn_worker(app_conninfo, tmp_path / f"worker-{n}.log", asynchronous=mode == "async")
+        for n in range(4)
+    ]
     try:
         yield started
     finally:
@@ -65,7 +81,11 @@ def leases(admin: psycopg.Connection[Any]) -> dict[UUID, list[tuple[int, UUID, A
 
 
 def test_two_step_tasks_survive_kills_and_freezes(
-    workers: list[TaskWorkerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    workers: list[TaskWorkerProcess],
+    app_conninfo: str,
+    admin: psycopg.Connection[Any],
+    tmp_path: Path,
+    mode: str,
 ) -> None:
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
@@ -87,7 +107,11 @@ def test_two_step_tasks_survive_kills_and_freezes(
         if (kills + freezes) % 3 != 1:  # two kills for every freeze
             victim.process.send_signal(signal.SIGKILL)
             victim.process.wait()
-            workers.append(spawn_worker(app_conninfo, tmp_path / f"worker-{len(workers)}.log"))
+            workers.append(
+                spawn_worker(
+                    app_conninfo, tmp_path / f"worker-{len(workers)}.log", asynchronous=mode == "async"
+                )
+            )
             kills += 1
         else:
             victim.process.send_signal(signal.SIGSTOP)
@@ -112,6 +136,14 @@ def test_two_step_tasks_survive_kills_and_freezes(
     steps = Counter((task_id, step) for task_id, _, _, step, _ in audit)
     assert len(steps) == 2 * TASKS and set(steps.values()) == {1}, "every step accepted exactly once"
 
+    # From the children's own logs: each incarnation announced its own instance id (and, in
+    # the async mode, that it ran on asyncio), and every accepted write came from one of them.
+    announced = [worker.instance_id for worker in workers]
+    assert len(set(announced)) == len(announced), "a restarted worker reused an instance id"
+    assert {owner for _, _, owner, _, _ in audit} <= set(announced), "a write by an unknown owner"
+    if mode == "async":
+        assert all(" started: " in w.output() and "; asyncio" in w.output() for w in workers)
+
     by_task = leases(admin)
     for task_id, epoch, owner, step, done_at in audit:
         held = by_task[task_id]
@@ -126,7 +158,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
                 f"{held[index + 1][0]} began at {held[index + 1][2]}: two owners at once"
             )
     redone = sum(1 for held in by_task.values() if len(held) > 2)
-    print(f"{TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice")
+    print(f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice")
 
 
 def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 import pytest
 
 from tenure import Driver, InvalidArgument, LeaseLost, NotFound
+from tenure.aio import AsyncTaskWorker
+from tenure.driver import Operations
+from tenure.errors import InvalidConfiguration
 from tenure.runtime.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
+from tenure.testing.aio import Flavour
 
 
 def wait_until(condition: Any, timeout: float = 20.0) -> bool:
@@ -22,6 +27,24 @@ def wait_until(condition: Any, timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(condition())
+
+
+def on(flavour: Flavour, processors: Mapping[Any, Callable[[Task], Any]]) -> dict[Any, Any]:
+    """The tests' processors for ``flavour``: for the async worker, each as a coroutine function.
+    Its body runs on a thread of the default executor, since the tests' processors block on
+    events (the worker's event loop must go on meanwhile); outcomes and writes are the same
+    (a ``lambda db: db.execute(...)`` returns an awaitable on an AsyncConnection)."""
+    if not flavour.is_async:
+        return dict(processors)
+
+    def as_coroutine(function: Callable[[Task], Any]) -> Callable[[Task], Any]:
+        async def processor(task: Task) -> Any:
+            return await asyncio.to_thread(function, task)
+
+        processor.__qualname__ = f"async {getattr(function, '__qualname__', function)}"
+        return processor
+
+    return {key: as_coroutine(function) for key, function in processors.items()}
 
 
 def statuses(driver: Driver, kind: str) -> dict[str, int]:
@@ -80,7 +103,9 @@ def complete(task: Task) -> Complete:
     return Complete()
 
 
-def test_worker_completes_routes_and_releases(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_worker_completes_routes_and_releases(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
     seen: list[tuple[str, int]] = []
 
@@ -101,7 +126,9 @@ def test_worker_completes_routes_and_releases(app_conninfo: str, admin: psycopg.
         ("flow", "second"): second,
         "plain": complete,
     }
-    with TaskWorker(app_conninfo, processors, concurrency=3, lease=5, poll_interval=0.1) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, processors), concurrency=3, lease=5, poll_interval=0.1
+    ) as worker:
         assert wait_until(
             lambda: statuses(driver, "plain") == {"done": 20} and statuses(driver, "flow") == {"done": 1}
         )
@@ -113,7 +140,7 @@ def test_worker_completes_routes_and_releases(app_conninfo: str, admin: psycopg.
 
 
 def test_failures_back_off_then_die_and_can_be_requeued(
-    app_conninfo: str, admin: psycopg.Connection[Any]
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
 ) -> None:
     driver = Driver(admin)
     (task,) = driver.task_enqueue_many([{"kind": "flaky", "max_attempts": 2}])
@@ -123,7 +150,9 @@ def test_failures_back_off_then_die_and_can_be_requeued(
         calls.append(t.attempts)
         raise RuntimeError("remote said no")
 
-    with TaskWorker(app_conninfo, {"flaky": flaky}, concurrency=1, lease=5, poll_interval=0.1) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"flaky": flaky}), concurrency=1, lease=5, poll_interval=0.1
+    ) as worker:
         assert wait_until(lambda: statuses(driver, "flaky") == {"dead": 1})
     assert calls == [0, 1] and worker.stats.failed == 2
     row = driver.task(task.id)
@@ -132,7 +161,9 @@ def test_failures_back_off_then_die_and_can_be_requeued(
     assert statuses(driver, "flaky") == {"pending": 1}
 
 
-def test_a_lost_lease_discards_the_result(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_a_lost_lease_discards_the_result(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
     admin.execute("CREATE TABLE effects (task uuid)")
     admin.execute("GRANT INSERT ON effects TO tenure_demo_app")
@@ -145,7 +176,9 @@ def test_a_lost_lease_discards_the_result(app_conninfo: str, admin: psycopg.Conn
         return Complete(writes=lambda db: db.execute("INSERT INTO effects VALUES (%s)", (task.id,)))
 
     (enqueued,) = driver.task_enqueue_many([{"kind": "slow"}])
-    with TaskWorker(app_conninfo, {"slow": slow}, concurrency=1, lease=0.9, poll_interval=0.1) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"slow": slow}), concurrency=1, lease=0.9, poll_interval=0.1
+    ) as worker:
         assert started.wait(10)
         taken = driver.task_eject(enqueued.id, uuid.uuid4(), lease=60)
         assert taken is not None
@@ -156,16 +189,20 @@ def test_a_lost_lease_discards_the_result(app_conninfo: str, admin: psycopg.Conn
     assert row is not None and row.status == "pending" and row.epoch == taken.epoch
 
 
-def test_notifications_wake_an_idle_worker(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_notifications_wake_an_idle_worker(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
-    with TaskWorker(app_conninfo, {"ping": complete}, lease=5, poll_interval=60) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"ping": complete}), lease=5, poll_interval=60
+    ) as worker:
         time.sleep(0.5)  # the first poll found nothing; the next is a minute away
         driver.task_enqueue("ping")
         assert wait_until(lambda: worker.stats.completed == 1, timeout=30)
 
 
 def test_tasks_are_announced_only_while_a_worker_waits(
-    app_conninfo: str, admin: psycopg.Connection[Any], admin_conninfo: str
+    app_conninfo: str, admin: psycopg.Connection[Any], admin_conninfo: str, flavour: Flavour
 ) -> None:
     driver = Driver(admin)
     with psycopg.connect(admin_conninfo, autocommit=True) as listener:
@@ -173,7 +210,9 @@ def test_tasks_are_announced_only_while_a_worker_waits(
         driver.task_enqueue("ping")
         driver.task_enqueue("pong")
         assert list(listener.notifies(timeout=0.5)) == [], "no worker waits: nothing is announced"
-        with TaskWorker(app_conninfo, {"ping": complete}, lease=5, poll_interval=60) as worker:
+        with flavour(
+            TaskWorker, app_conninfo, on(flavour, {"ping": complete}), lease=5, poll_interval=60
+        ) as worker:
             assert wait_until(lambda: worker.stats.completed == 1, timeout=30), "found by its first poll"
             waiting = "SELECT kinds FROM tenure.task_waiter WHERE owner = %s AND until > now()"
             assert admin.execute(waiting, (worker.instance_id,)).fetchall() == [(["ping"],)]
@@ -184,7 +223,9 @@ def test_tasks_are_announced_only_while_a_worker_waits(
             assert wait_until(lambda: worker.stats.completed == 2, timeout=30)
 
 
-def test_shutdown_releases_tasks_in_flight(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_shutdown_releases_tasks_in_flight(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
     started, finish = threading.Event(), threading.Event()
 
@@ -194,7 +235,14 @@ def test_shutdown_releases_tasks_in_flight(app_conninfo: str, admin: psycopg.Con
         return Complete()
 
     (enqueued,) = driver.task_enqueue_many([{"kind": "stuck"}])
-    worker = TaskWorker(app_conninfo, {"stuck": stuck}, lease=30, poll_interval=0.1, shutdown_grace=0.2)
+    worker = flavour(
+        TaskWorker,
+        app_conninfo,
+        on(flavour, {"stuck": stuck}),
+        lease=30,
+        poll_interval=0.1,
+        shutdown_grace=0.2,
+    )
     with worker:
         assert started.wait(10)
     finish.set()
@@ -203,19 +251,26 @@ def test_shutdown_releases_tasks_in_flight(app_conninfo: str, admin: psycopg.Con
     assert row.attempts == 0, "a release on shutdown is not a failed attempt"
 
 
-def test_processor_registry_and_validation(app_conninfo: str) -> None:
+def test_processor_registry_and_validation(app_conninfo: str, flavour: Flavour) -> None:
     with pytest.raises(InvalidArgument):
-        TaskWorker(app_conninfo, {}, lease=5)
-    worker = TaskWorker(app_conninfo, {"a": complete, ("a", "x"): complete, ("b", "y"): complete}, lease=5)
+        flavour(TaskWorker, app_conninfo, {}, lease=5)
+    processors = on(flavour, {"a": complete, ("a", "x"): complete, ("b", "y"): complete})
+    worker = flavour(TaskWorker, app_conninfo, processors, lease=5)
     assert worker.kinds == ["a", "b"]
-    assert worker.processor_for("b", "z") is None and worker.processor_for("a", "z") is complete
+    assert worker.processor_for("b", "z") is None and worker.processor_for("a", "z") is processors["a"]
 
 
-def test_fail_outcome_with_retry_delay(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_fail_outcome_with_retry_delay(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
     driver.task_enqueue("later")
-    with TaskWorker(
-        app_conninfo, {"later": lambda t: Fail("busy", retry_delay=300)}, lease=5, poll_interval=0.1
+    with flavour(
+        TaskWorker,
+        app_conninfo,
+        on(flavour, {"later": lambda t: Fail("busy", retry_delay=300)}),
+        lease=5,
+        poll_interval=0.1,
     ) as w:
         assert wait_until(lambda: w.stats.failed == 1)
     (row,) = driver.tasks(kind="later")
@@ -241,21 +296,24 @@ def test_an_idempotent_enqueue_racing_another_returns_the_winner(connect: Any, b
 
 
 def test_the_worker_batches_outcomes_and_leases_into_round_trips(
-    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, flavour: Flavour
 ) -> None:
     """Outcomes that finished meanwhile ride in one task_cycle call with the next leases; every
     task is done exactly once, in one epoch, and each call's outcomes are applied or refused."""
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "bulk", "data": {"n": n}} for n in range(200)])
     calls: list[tuple[int, int]] = []  # (outcomes reported, leases asked for) per call
-    real_cycle = Driver.task_cycle
+    real_cycle = Operations.task_cycle.body
 
-    def counting_cycle(self: Driver, owner: uuid.UUID, **kwargs: Any) -> Any:
+    def counting_cycle(self: Operations, owner: uuid.UUID, **kwargs: Any) -> Any:
         calls.append((len(kwargs.get("outcomes", ())), kwargs["limit"]))
         return real_cycle(self, owner, **kwargs)
 
-    monkeypatch.setattr(Driver, "task_cycle", counting_cycle)
-    with TaskWorker(app_conninfo, {"bulk": complete}, concurrency=8, lease=5, poll_interval=0.1) as worker:
+    # Both workers compose the operation (OPS.task_cycle) into their round trips.
+    monkeypatch.setattr(Operations, "task_cycle", counting_cycle)
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"bulk": complete}), concurrency=8, lease=5, poll_interval=0.1
+    ) as worker:
         assert wait_until(lambda: statuses(driver, "bulk") == {"done": 200})
     assert worker.stats.completed == 200 and worker.stats.discarded == 0
     reported = [outcomes for outcomes, limit in calls if outcomes]
@@ -270,7 +328,7 @@ def test_the_worker_batches_outcomes_and_leases_into_round_trips(
 
 
 def test_a_refused_outcome_is_discarded_and_the_rest_of_its_round_trip_applies(
-    app_conninfo: str, admin: psycopg.Connection[Any]
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
 ) -> None:
     driver = Driver(admin)
     (taken,) = driver.task_enqueue_many([{"kind": "contested"}])
@@ -287,7 +345,9 @@ def test_a_refused_outcome_is_discarded_and_the_rest_of_its_round_trip_applies(
             release.wait(10)
         return Complete()
 
-    with TaskWorker(app_conninfo, {"contested": work}, concurrency=6, lease=5, poll_interval=0.1) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"contested": work}), concurrency=6, lease=5, poll_interval=0.1
+    ) as worker:
         assert wait_until(lambda: worker.stats.completed == 5 and worker.stats.discarded == 1)
     assert worker.stats.lost == 1
     row = driver.task(taken.id)
@@ -295,7 +355,9 @@ def test_a_refused_outcome_is_discarded_and_the_rest_of_its_round_trip_applies(
     assert statuses(driver, "contested") == {"done": 5, "pending": 1}
 
 
-def test_a_bad_outcome_fails_its_own_task_only(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_a_bad_outcome_fails_its_own_task_only(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     """An outcome the round trip could not carry (a blank state, data that is not JSON) fails
     in the processor that made it; the outcomes of the other tasks still apply."""
     driver = Driver(admin)
@@ -308,8 +370,141 @@ def test_a_bad_outcome_fails_its_own_task_only(app_conninfo: str, admin: psycopg
             return Complete(data={"not json": {1, 2}})
         return Complete()
 
-    with TaskWorker(app_conninfo, {"odd": work}, concurrency=6, lease=5, poll_interval=0.1) as worker:
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"odd": work}), concurrency=6, lease=5, poll_interval=0.1
+    ) as worker:
         assert wait_until(lambda: worker.stats.completed == 4 and worker.stats.failed >= 2)
     errors = [driver.task(tasks[n].id).last_error or "" for n in (0, 1)]  # type: ignore[union-attr]
     assert errors[0].startswith("InvalidArgument: Complete: the state must be"), errors
     assert errors[1].startswith("TypeError: Object of type set"), errors
+
+
+# -- the async worker alone: what only asyncio has ------------------------------------------
+
+
+def test_the_async_worker_refuses_a_plain_function(app_conninfo: str) -> None:
+    def blocking(task: Task) -> Complete:
+        return Complete()
+
+    async def fine(task: Task) -> Complete:
+        return Complete()
+
+    with pytest.raises(InvalidConfiguration, match=r"blocking for 'b'.*not a coroutine function"):
+        AsyncTaskWorker(app_conninfo, {"a": fine, "b": blocking}, lease=5)  # type: ignore[dict-item]
+
+
+def test_async_writes_commit_with_their_step_and_a_lost_lease_cancels_the_processor(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Async writes land in the transition's transaction (once); a failing write fails its step
+    with nothing written; a processor whose lease is lost is cancelled and its outcome dropped."""
+    driver = Driver(admin)
+    admin.execute("CREATE TABLE effects (task uuid, step text)")
+    admin.execute("GRANT INSERT ON effects TO tenure_demo_app")
+    (good,) = driver.task_enqueue_many([{"kind": "write"}])
+    (bad,) = driver.task_enqueue_many([{"kind": "write", "data": {"bad": True}}])
+    (slow,) = driver.task_enqueue_many([{"kind": "slow"}])
+    cancelled = asyncio.Event()
+
+    def effect(task: Task, step: str) -> Callable[[psycopg.AsyncConnection[Any]], Any]:
+        async def write(db: psycopg.AsyncConnection[Any]) -> None:
+            await db.execute("INSERT INTO effects VALUES (%s, %s)", (task.id, step))
+            if task.data and task.data.get("bad"):
+                raise ValueError("the application's write failed")
+
+        return write
+
+    async def write(task: Task) -> Complete:
+        return Complete(writes=effect(task, "write"))
+
+    async def sleepy(task: Task) -> Complete:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return Complete(writes=effect(task, "slow"))
+
+    async def scenario() -> tuple[AsyncTaskWorker, Any]:
+        async with AsyncTaskWorker(
+            app_conninfo, {"write": write, "slow": sleepy}, concurrency=3, lease=0.9, poll_interval=0.1
+        ) as worker:
+            while worker.stats.completed < 1 or worker.stats.failed < 1 or worker.in_flight() < 1:
+                await asyncio.sleep(0.02)
+            taken = driver.task_eject(slow.id, uuid.uuid4(), lease=60)
+            await asyncio.wait_for(cancelled.wait(), 10)
+            while worker.stats.discarded < 1:
+                await asyncio.sleep(0.02)
+        return worker, taken
+
+    worker, taken = asyncio.run(scenario())
+    assert worker.stats.lost == 1 and worker.stats.completed == 1
+    assert admin.execute("SELECT task, step FROM effects").fetchall() == [(good.id, "write")]
+    failed = driver.task(bad.id)
+    assert failed is not None and failed.last_error == "ValueError: the application's write failed"
+    row = driver.task(slow.id)
+    assert row is not None and row.status == "pending" and row.epoch == taken.epoch
+
+
+def test_cancelling_the_enclosing_task_releases_like_leaving_the_block(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    driver = Driver(admin)
+    (enqueued,) = driver.task_enqueue_many([{"kind": "stuck"}])
+    started = asyncio.Event()
+
+    async def stuck(task: Task) -> Complete:
+        started.set()
+        await asyncio.sleep(60)
+        return Complete()
+
+    async def service() -> None:
+        async with AsyncTaskWorker(
+            app_conninfo, {"stuck": stuck}, lease=30, poll_interval=0.1, shutdown_grace=0.2
+        ):
+            await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        running = asyncio.create_task(service())
+        await asyncio.wait_for(started.wait(), 10)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(scenario())
+    row = driver.task(enqueued.id)
+    assert row is not None and row.owner is None and row.due, "released: due at once for another instance"
+    assert row.attempts == 0, "a release on shutdown is not a failed attempt"
+
+
+def test_the_async_worker_cancels_a_processor_at_the_end_of_its_safe_window(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """No extension within the safe window (here: the extender never runs): the lease watchdog
+    loses the task and cancels its processor then; the task comes back after its lease."""
+    driver = Driver(admin)
+    (enqueued,) = driver.task_enqueue_many([{"kind": "long"}])
+    cancelled = asyncio.Event()
+
+    async def long(task: Task) -> Complete:
+        if task.epoch == 1:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return Complete(state="second time")
+
+    async def scenario() -> AsyncTaskWorker:
+        worker = AsyncTaskWorker(app_conninfo, {"long": long}, concurrency=1, lease=0.9, poll_interval=0.1)
+        worker.extend_every = 3600.0  # no extension: the safe window runs out
+        async with worker:
+            await asyncio.wait_for(cancelled.wait(), 10)
+            while worker.stats.completed < 1:
+                await asyncio.sleep(0.02)
+        return worker
+
+    worker = asyncio.run(scenario())
+    assert worker.stats.lost == 1 and worker.stats.discarded == 1 and worker.stats.completed == 1
+    row = driver.task(enqueued.id)
+    assert row is not None and (row.status, row.state, row.epoch) == ("done", "second time", 2)

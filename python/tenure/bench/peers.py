@@ -16,7 +16,9 @@ loaded and analyzed before pgbench starts.
   ``peer_runner.py`` run with the peers' own virtual environment (``.venv-peers``,
   made by ``scripts/install-peers.sh``), each peer installed afresh in a schema of its own;
 - tenure: real ``tenure task worker --module tenure.bench.app`` processes, in the
-  configurations of :data:`TENURE_CONFIGS`, driven through the CLI only.
+  configurations of :data:`TENURE_CONFIGS`, driven through the CLI only: the threaded
+  TaskWorker (system ``tenure``) and, in each configuration, the AsyncTaskWorker
+  (``--async``, system ``tenure-async``).
 """
 
 from __future__ import annotations
@@ -251,13 +253,16 @@ def tenure_rate(
     concurrency: int,
     jobs: int,
     workdir: Path,
+    asynchronous: bool = False,
 ) -> Row:
-    """Real ``tenure task worker`` processes draining a backlog loaded once they have started."""
+    """Real ``tenure task worker`` processes draining a backlog loaded once they have started
+    (with ``asynchronous``, ``tenure task worker --async``: system ``tenure-async``)."""
     clean(admin)
     admin.execute("CHECKPOINT")
+    system = "tenure-async" if asynchronous else "tenure"
     options = ("--concurrency", str(concurrency), "--poll-interval", "0.05")
-    logs = workdir / f"peers-tenure-{processes}x{concurrency}"
-    with task_workers(conninfo, processes, *options, logs=logs):
+    logs = workdir / f"peers-{system}-{processes}x{concurrency}"
+    with task_workers(conninfo, processes, *options, logs=logs, asynchronous=asynchronous):
         admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs})
         loaded_at = server_epoch(admin)
         admin.execute(f"ANALYZE {DRAINED['tenure']}")
@@ -270,7 +275,7 @@ def tenure_rate(
             record=logs.with_suffix(".left"),
         )
     clean(admin)
-    return Row("tenure", f"{processes} processes x concurrency {concurrency}", rate)
+    return Row(system, f"{processes} processes x concurrency {concurrency}", rate)
 
 
 def best(rows: Sequence[Row], system: str) -> Row | None:
@@ -303,6 +308,19 @@ def table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def async_vs_sync(rows: Sequence[Row]) -> list[str]:
+    """The AsyncTaskWorker's jobs/s over the threaded TaskWorker's, configuration by configuration."""
+    threaded = {row.config: row for row in rows if row.system == "tenure"}
+    lines = ["  tenure-async over tenure (the same configuration, same run):"]
+    for row in rows:
+        if row.system == "tenure-async" and row.config in threaded:
+            sync = threaded[row.config].rate
+            lines.append(
+                f"    {row.config:<32} {row.rate:8.0f} /s over {sync:8.0f} /s = {row.rate / sync:.2f}"
+            )
+    return lines
+
+
 def plot(path: Path, rows: Sequence[Row], *, jobs: int) -> Path | None:
     """Jobs/s per configuration, one bar each, coloured by system (matplotlib, the plots extra)."""
     try:
@@ -319,6 +337,7 @@ def plot(path: Path, rows: Sequence[Row], *, jobs: int) -> Path | None:
         "pgqueuer-psycopg": "#7fb3e0",
         "procrastinate": "#ff7f0e",
         "tenure": "#2ca02c",
+        "tenure-async": "#98df8a",
     }
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     labels = [f"{row.system}: {row.config}" for row in rows]
@@ -383,10 +402,16 @@ def peers_bench(
                     workdir=workdir,
                 )
             )
-        for processes, concurrency in tenure_configs:
+        for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
             add(
                 tenure_rate(
-                    admin, conninfo, processes=processes, concurrency=concurrency, jobs=jobs, workdir=workdir
+                    admin,
+                    conninfo,
+                    processes=processes,
+                    concurrency=concurrency,
+                    jobs=jobs,
+                    workdir=workdir,
+                    asynchronous=asynchronous,
                 )
             )
     finally:
@@ -395,6 +420,8 @@ def peers_bench(
         clean(admin)
     print("  side by side (each ratio is the row's jobs/s over the reference's, same run):")
     for line in table(rows):
+        print(line)
+    for line in async_vs_sync(rows):
         print(line)
     path = plot(workdir / "peers.png", rows, jobs=jobs)
     if path is not None:

@@ -1,4 +1,5 @@
-"""Tasks: completions per second by real worker processes and through SQL alone, against
+"""Tasks: completions per second by real worker processes (the threaded TaskWorker and the
+AsyncTaskWorker, ``tenure task worker --async``) and through SQL alone, against
 the bare SKIP LOCKED claim and complete on a plain table; enqueues per second against a
 one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY.
 """
@@ -99,6 +100,7 @@ CLAIM_RUNS = {  # how -> (table, pgbench script or None for worker processes, ta
     "sql": ("tenure.task", TENURE_CLAIM_SQL, 1),
     "cycle": ("tenure.task", TENURE_CYCLE_SQL, CYCLE_BATCH),
     "workers": ("tenure.task", None, 1),
+    "async workers": ("tenure.task", None, 1),
 }
 
 
@@ -139,14 +141,15 @@ def wait_started(process: subprocess.Popen[bytes], log_path: Path, *, wait: floa
 
 @contextmanager
 def task_workers(
-    conninfo: str, count: int, *options: str, logs: Path, concurrency: int = 1
+    conninfo: str, count: int, *options: str, logs: Path, concurrency: int = 1, asynchronous: bool = False
 ) -> Iterator[None]:
     """``count`` real ``tenure task worker`` processes of tenure.bench.app, ``concurrency`` tasks
     in flight each, started before the body runs and stopped with SIGTERM when it ends, however
-    it ends."""
+    it ends; with ``asynchronous``, AsyncTaskWorkers (``--async``)."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
         *("--module", "tenure.bench.app", "--concurrency", str(concurrency), "--lease", "30", *options),
+        *(["--async"] if asynchronous else []),
     ]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -169,9 +172,18 @@ def worker_rate(
     concurrency: int,
     seconds: float,
     logs: Path,
+    asynchronous: bool = False,
 ) -> float:
     """Tasks the workers finished per second in a window after warm-up, by the server's clock."""
-    with task_workers(conninfo, workers, "--poll-interval", "0.05", logs=logs, concurrency=concurrency):
+    with task_workers(
+        conninfo,
+        workers,
+        "--poll-interval",
+        "0.05",
+        logs=logs,
+        concurrency=concurrency,
+        asynchronous=asynchronous,
+    ):
         time.sleep(WARM_UP)
         start = server_now(admin)
         time.sleep(seconds)
@@ -197,9 +209,16 @@ def completion_rate(
     table, script, per_run = CLAIM_RUNS[how]
     fill(admin, table, backlog)
     if script is None:
-        logs = workdir / f"workers-{backlog}-{clients}"
+        asynchronous = how == "async workers"
+        logs = workdir / f"{'async-' if asynchronous else ''}workers-{backlog}-{clients}"
         rate = worker_rate(
-            admin, conninfo, workers=clients, concurrency=concurrency, seconds=seconds, logs=logs
+            admin,
+            conninfo,
+            workers=clients,
+            concurrency=concurrency,
+            seconds=seconds,
+            logs=logs,
+            asynchronous=asynchronous,
         )
     else:
         runs = pgbench_tps(
@@ -230,10 +249,11 @@ def task_throughput(
     )
     print(
         "    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   "
-        f"task_cycle by pgbench ({CYCLE_BATCH} per call)   tenure task workers"
+        f"task_cycle by pgbench ({CYCLE_BATCH} per call)   tenure task workers   "
+        "async task workers (x threaded)"
     )
     for count in workers:
-        bare, sql, cycle, processes = (
+        bare, sql, cycle, processes, async_processes = (
             completion_rate(
                 admin,
                 conninfo,
@@ -249,7 +269,8 @@ def task_throughput(
         print(
             f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
             f"       {cycle:8.0f} /s   {cycle / bare:.2f}                 {processes:8.0f} /s   "
-            f"{processes / bare:.2f}",
+            f"{processes / bare:.2f}       {async_processes:8.0f} /s   {async_processes / bare:.2f} "
+            f"({async_processes / processes if processes else float('nan'):.2f})",
             flush=True,
         )
 

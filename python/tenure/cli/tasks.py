@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib
 import json
+import signal
 import sys
 import uuid
 
@@ -14,7 +16,7 @@ import psycopg
 from tenure.cli.common import Command, address, metrics_server, say, subcommands
 from tenure.driver import Driver, TaskRow
 from tenure.runtime.shutdown import wait_for_shutdown
-from tenure.runtime.tasks import TaskWorker
+from tenure.runtime.tasks import AsyncTaskWorker, TaskLogic, TaskWorker
 
 EXAMPLES = {
     "enqueue": 'example: tenure task enqueue --kind email --data \'{"to": "a@example.org"}\' --delay 60 '
@@ -101,29 +103,52 @@ def cmd_task_worker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    worker = TaskWorker(
-        args.db,
-        processors,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        poll_interval=args.poll_interval,
-        listen=not args.no_listen,
-        shutdown_grace=args.grace,
-        name=args.name,
-    )
-    with worker, metrics_server(args.metrics, worker.metrics):
-        say(
-            f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
-            f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s"
-        )
-        wait_for_shutdown()
-        say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
+    options = {
+        "concurrency": args.concurrency,
+        "lease": args.lease,
+        "poll_interval": args.poll_interval,
+        "listen": not args.no_listen,
+        "shutdown_grace": args.grace,
+        "name": args.name,
+    }
+    if args.use_async:
+        # The module's ASYNC_PROCESSORS (coroutine functions), or its PROCESSORS if it has none.
+        asynchronous = AsyncTaskWorker(args.db, getattr(module, "ASYNC_PROCESSORS", processors), **options)
+        asyncio.run(_run_async(asynchronous, args))
+        worker: TaskLogic = asynchronous
+    else:
+        worker = TaskWorker(args.db, processors, **options)
+        with worker, metrics_server(args.metrics, worker.metrics):
+            _started(worker, args)
+            wait_for_shutdown()
+            say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
     stats = worker.stats
     say(
         f"stopped: {stats.acquired} acquired, {stats.completed} completed, {stats.failed} failed, "
         f"{stats.lost} leases lost, {stats.discarded} results discarded"
     )
     return 0
+
+
+def _started(worker: TaskLogic, args: argparse.Namespace) -> None:
+    say(
+        f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
+        f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s"
+        + ("; asyncio" if args.use_async else "")
+    )
+
+
+async def _run_async(worker: AsyncTaskWorker, args: argparse.Namespace) -> None:
+    """The async worker on this process's event loop until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with metrics_server(args.metrics, worker.metrics):
+        async with worker:
+            _started(worker, args)
+            await stop.wait()
+            say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
 
 
 def register(command: Command) -> None:
@@ -167,5 +192,12 @@ def register(command: Command) -> None:
     worker.add_argument("--name", help="instance name shown in pg_stat_activity")
     worker.add_argument(
         "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    worker.add_argument(
+        "--async",
+        dest="use_async",
+        action="store_true",
+        help="run the AsyncTaskWorker under asyncio: the module's ASYNC_PROCESSORS (or PROCESSORS) "
+        "are coroutine functions",
     )
     worker.set_defaults(run=cmd_task_worker)

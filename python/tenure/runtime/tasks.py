@@ -8,17 +8,22 @@ minute"), or :class:`Fail` (raising does the same). Each outcome may carry
 transaction as the task's transition, so that a step's writes are accepted exactly
 once however often the step runs.
 
-One dispatcher thread talks to the database for the whole worker: each round trip
+One dispatcher talks to the database for the whole worker: each round trip
 (``task_cycle``) reports the outcomes that finished since the last one and leases
 due tasks for the free slots, in one call and one commit, so the cost per task
 falls as the load rises. An outcome with ``writes``, and a :class:`Next`, is
-recorded on its own, in its own transaction, by the thread that ran the processor.
-Processors run on ``concurrency`` threads.
+recorded on its own, in its own transaction, by the processor's runner.
+
+:class:`TaskWorker` runs processors on ``concurrency`` threads; :class:`AsyncTaskWorker`
+runs ``async def`` processors as tasks of the application's event loop, with no thread
+(its ``writes`` are async and get the outcome's ``psycopg.AsyncConnection``). Both are
+thin shells around :class:`TaskLogic`, where every decision is written once.
 
 Every task in flight has its lease extended in the background, all in one call.
 When an extension is refused, or none succeeded within the safe window (2/3 of the
-lease after the last one was sent), the task is lost: ``task.lost`` is set, its
-outcome is discarded, and nothing more of it reaches the database.
+lease after the last one was sent), the task is lost: ``task.lost`` is set (and an
+async processor is cancelled), its outcome is discarded, and nothing more of it
+reaches the database.
 
 Every call is bounded by the safe window (a call on a frozen server has its socket
 abandoned), a call that failed because the connection no longer reaches a writable
@@ -30,38 +35,49 @@ most the tasks whose leases it outlasts.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import json
 import logging
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.connect import (
+    AsyncDeadlines,
     Deadlines,
+    aconfirm_commit,
+    aconnect,
+    arefuse_transaction_pooling,
     check_start,
     connection_options,
     durable_transaction,
+    forget_unconfirmed,
     instance_name,
     listen,
     lost_server,
     watch_commits,
 )
-from tenure.driver import Driver, TaskCycled
+from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-Writes = Callable[[psycopg.Connection[Any]], object]
+# What an outcome's ``writes`` takes: the connection of the outcome's transaction, a
+# psycopg.Connection for TaskWorker, a psycopg.AsyncConnection (and returning an awaitable)
+# for AsyncTaskWorker.
+Writes = Callable[[Any], object]
 R = TypeVar("R")
 _LAST_USED = "_tenure_last_used"
 # A pooled connection idle for longer than this is checked before it is handed out.
@@ -135,6 +151,7 @@ class Fail:
 
 Outcome = Complete | Next | Release | Fail
 Processor = Callable[["Task"], Outcome]
+AsyncProcessor = Callable[["Task"], Awaitable[Outcome]]
 
 
 @dataclass
@@ -166,18 +183,19 @@ class WorkerStats:
     discarded: int = 0
 
 
-class TaskWorker:
-    """Runs processors on leased tasks with at most ``concurrency`` in flight.
-
-    ``processors`` maps a kind, or a (kind, state) pair, to a processor; the pair
-    wins. Use as a context manager: leaving waits up to ``shutdown_grace`` seconds
-    for tasks in flight, then releases the rest so another instance takes them at once.
-    """
+class TaskLogic:
+    """What a task worker decides, whichever way it runs: on threads (:class:`TaskWorker`)
+    or as asyncio tasks (:class:`AsyncTaskWorker`). Configuration, routing, the outcomes'
+    checks, the bookkeeping of the tasks in flight, the linger decision, the round trip's
+    statements and the handling of its rows, the extensions and the safe window are
+    written here once; the two shells only wait, call and run processors their own way.
+    Everything it holds is guarded by ``_lock``, which the async shell holds only between
+    awaits (never contended there)."""
 
     def __init__(
         self,
         conninfo: str,
-        processors: Mapping[str | tuple[str, str], Processor],
+        processors: Mapping[str | tuple[str, str], Any],
         *,
         concurrency: int = 4,
         lease: float = 30.0,
@@ -193,6 +211,8 @@ class TaskWorker:
             raise InvalidConfiguration(f"lease and poll_interval must be positive: {lease}, {poll_interval}")
         if not processors:
             raise InvalidConfiguration("register at least one processor")
+        for key, processor in processors.items():
+            self._check_processor(key, processor)
         self.conninfo = conninfo
         self.processors = dict(processors)
         self.kinds = sorted({key[0] if isinstance(key, tuple) else key for key in self.processors})
@@ -210,40 +230,419 @@ class TaskWorker:
         self.name = instance_name(name)
         self.stats = WorkerStats()
         self.metrics = metrics or Metrics()
+        self._lock = threading.Lock()
         self._in_flight: dict[uuid.UUID, Task] = {}  # every task this worker holds
-        self._running = 0  # of those, how many a processor thread has (or is about to have)
-        self._ready: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # leased, for the processor threads
+        self._running = 0  # of those, how many a processor has (or is about to have)
         self._finished: list[tuple[Task, Outcome]] = []  # outcomes for the dispatcher's next round trip
         self._finished_at = 0.0  # when the oldest of them finished (monotonic)
         # Tasks whose outcome is being recorded: a refused extension of one of these may
         # only mean the outcome committed first; the outcome's own transaction tells.
         self._recording: set[uuid.UUID] = set()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._due = True  # whether tasks may be due: until an acquisition comes back short
-        self._stopping = threading.Event()  # no more new tasks
-        self._closed = threading.Event()  # no more leases kept either
+        self._stop_requested = False  # no more new tasks
+        self._closed = False  # no more leases kept either
+        self._metric_children: dict[tuple[int, str], Any] = {}
+
+    def _check_processor(self, key: str | tuple[str, str], processor: Any) -> None:
+        """Refuse a processor this shell cannot run (the async worker takes coroutines only)."""
+        if not callable(processor):
+            raise InvalidConfiguration(f"the processor for {key!r} is not callable: {processor!r}")
+
+    def _connection_options(self) -> dict[str, Any]:
+        return connection_options(application_name=f"tenure tasks {self.name}", deadline=self.safe_window)
+
+    def _check_start(self) -> None:
+        check_start(
+            self.conninfo,
+            application_name=f"tenure tasks {self.name}",
+            listener="a task worker that listens for new tasks" if self.listen else None,
+        )
+
+    @staticmethod
+    def _idle(connection: psycopg.BaseConnection[Any]) -> bool:
+        """Whether a pooled connection sat idle long enough to be checked before use."""
+        return time.monotonic() - getattr(connection, _LAST_USED, 0.0) >= CHECK_AFTER_IDLE
+
+    def _retry(self, error: psycopg.Error, until: float) -> bool:
+        """Whether a call that failed with ``error`` is tried again at once on another connection:
+        the server is lost (a failover, a stale pooled connection) and ``until`` is ahead."""
+        if not lost_server(error) or time.monotonic() + 0.05 >= until or self._closed:
+            return False
+        log.info("%s: the database connection failed, trying again: %s", self.name, error)
+        return True
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    def _held(self) -> list[Task]:
+        with self._lock:
+            return list(self._in_flight.values())
+
+    def processor_for(self, kind: str, state: str) -> Any:
+        return self.processors.get((kind, state)) or self.processors.get(kind)
+
+    # -- the dispatcher's decisions -------------------------------------------------------
+
+    def _take_finished(self, now: float) -> tuple[list[tuple[Task, Outcome]], int, float]:
+        """The outcomes to report now, the free slots, and, when the outcomes should rather
+        linger for others to share their round trip, until when (else 0)."""
+        with self._lock:
+            stopping = self._stop_requested
+            free = 0 if stopping else self.concurrency - self._running
+            linger_until = self._finished_at + LINGER if self._finished else 0.0
+            if not stopping and self._running and 2 * free < self.concurrency and now < linger_until:
+                return [], free, linger_until  # share the round trip with outcomes soon to come
+            finished, self._finished = self._finished, []
+            self._recording.update(task.id for task, _ in finished)  # see _unfinished()
+            return finished, free, 0.0
+
+    def _lease_limit(self, free: int, now: float, poll_at: float) -> int:
+        """How many tasks to ask for: the free slots while tasks may be due (or a poll is due)."""
+        if free > 0 and now >= poll_at:
+            self._due = True
+        return free if self._due else 0
+
+    def _reported_elsewhere(self, finished: list[tuple[Task, Outcome]]) -> None:
+        """The dispatcher is done with ``finished`` (reported, refused, or failed)."""
+        with self._lock:
+            self._recording.difference_update(task.id for task, _ in finished)
+
+    def _to_report(self, finished: list[tuple[Task, Outcome]]) -> list[tuple[Task, Outcome]]:
+        """Of ``finished``, those still held; the others are discarded."""
+        reported = []
+        for task, outcome in finished:
+            if task.is_lost():
+                self._discard(task, "the lease was lost before the outcome was recorded")
+                self._finish(task)
+            else:
+                reported.append((task, outcome))
+        return reported
+
+    def _report_until(self, reported: list[tuple[Task, Outcome]], sent: float) -> float:
+        return min((task.valid_until for task, _ in reported), default=sent + self.safe_window)
+
+    def _cycle_op(self, reported: list[tuple[Task, Outcome]], limit: int) -> Op[list[TaskCycled]]:
+        """The round trip: report ``reported`` and lease up to ``limit`` tasks, in one call."""
+        return OPS.task_cycle(
+            self.instance_id,
+            lease=self.lease,
+            limit=limit,
+            kinds=self.kinds,
+            outcomes=[_outcome_json(task, outcome) for task, outcome in reported],
+            wait=self._wait if limit else None,
+        )
+
+    def _reporting(self, reported: list[tuple[Task, Outcome]]) -> None:
+        with self._lock:
+            self._recording.update(task.id for task, _ in reported)
+
+    def _report_failed(self, reported: list[tuple[Task, Outcome]]) -> None:
+        """The round trip failed: the leases run out unless the outcomes did commit."""
+        for task, _ in reported:
+            self._finish(task)
+
+    def _reported(self, reported: list[tuple[Task, Outcome]], rows: list[TaskCycled]) -> None:
+        """The outcomes' results are counted and their tasks let go."""
+        for (task, outcome), row in zip(reported, rows, strict=False):
+            if row.refused is None:
+                self._count(task, outcome)
+            else:
+                self._lose(task, row.refused)
+                self._discard(task, "the database refused the outcome")
+            self._finish(task)
+
+    def _leased(self, rows: list[TaskCycled], limit: int, sent: float) -> list[Task]:
+        """The tasks the round trip leased, now in flight, for the processors to run."""
+        leases = [row for row in rows if row.outcome == "lease"]
+        if limit:
+            self._due = len(leases) == limit  # a short answer: nothing more is due for now
+        tasks = []
+        for row in leases:
+            task = Task(
+                id=row.id,
+                kind=row.kind or "",
+                state=row.state or "",
+                data=row.data,
+                epoch=row.epoch,
+                attempts=row.attempts or 0,
+                owner=self.instance_id,
+                valid_until=sent + self.safe_window,
+            )
+            with self._lock:
+                self._in_flight[task.id] = task
+                self._running += 1
+                self.stats.acquired += 1
+            self._metric(self.metrics.tasks_acquired, task.kind).inc()
+            self.metrics.tasks_in_flight.inc()
+            tasks.append(task)
+        return tasks
+
+    def _notified(self, payload: str | None) -> bool:
+        """A notification (None: LISTEN (re)connected): whether to wake the dispatcher."""
+        if payload is None or payload in self.kinds:
+            self._due = True
+            return True
+        return False
+
+    # -- keeping leases --------------------------------------------------------------------
+
+    def _to_extend(self) -> list[Task]:
+        """The tasks whose leases to extend; those past their safe window are lost."""
+        held = []
+        for task in self._held():
+            if task.is_lost():
+                self._lose(task, "no lease extension within the safe window")
+            else:
+                held.append(task)
+        return held
+
+    def _extend_op(self, held: list[Task]) -> Op[list[TaskCycled]]:
+        extensions = [{"id": task.id, "epoch": task.epoch, "outcome": "extend"} for task in held]
+        return OPS.task_cycle(
+            self.instance_id, lease=self.lease, limit=0, kinds=self.kinds, outcomes=extensions
+        )
+
+    def _extended(self, held: list[Task], rows: list[TaskCycled], sent: float) -> None:
+        for task, row in zip(held, rows, strict=False):
+            if row.refused is None:
+                task.valid_until = sent + self.safe_window
+                continue
+            with self._lock:
+                recording = task.id in self._recording
+            if not recording:
+                self._lose(task, row.refused)
+
+    def _lose(self, task: Task, reason: str) -> None:
+        with self._lock:
+            if task.id not in self._in_flight:
+                return  # it finished while the extender was at it
+        if not task.lost.is_set():
+            task.lost.set()
+            self._interrupt(task)
+            with self._lock:
+                self.stats.lost += 1
+            self.metrics.task_leases_lost.labels(task.kind).inc()
+            log.warning(
+                "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
+            )
+
+    def _interrupt(self, task: Task) -> None:
+        """The task is lost: stop its processor if this shell can (the async one cancels it)."""
+
+    def _expire_leases(self) -> float:
+        """Lose every task past its safe window; the seconds until the next one ends (at most
+        the safe window: a task leased later ends later, an extension only moves an end on)."""
+        now = time.monotonic()
+        earliest = now + self.safe_window
+        for task in self._held():
+            if task.valid_until <= now:
+                self._lose(task, "no lease extension within the safe window")
+            elif task.valid_until < earliest:
+                earliest = task.valid_until
+        return earliest - now
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def _unfinished(self) -> list[Task]:
+        """On stop, past the grace: the tasks whose processors did not finish, let go (whatever
+        they still produce is discarded), for one round trip to release them."""
+        with self._lock:
+            reported = {task.id for task, _ in self._finished} | self._recording
+            unfinished = [task for task in self._in_flight.values() if task.id not in reported]
+        for task in unfinished:
+            task.lost.set()
+            self._interrupt(task)
+        return unfinished
+
+    # -- running processors --------------------------------------------------------------------
+
+    def _routed_away(self, task: Task) -> bool:
+        """No processor here takes the task's state: hand it back (released at once, for a
+        worker that has one)."""
+        if self.processor_for(task.kind, task.state) is not None:
+            return False
+        self._hand_over(task, _ROUTED_AWAY)
+        return True
+
+    def _checked(self, task: Task, outcome: object) -> Outcome:
+        """What a processor returned, checked: anything but a sound outcome becomes a Fail."""
+        if not isinstance(outcome, Complete | Next | Release | Fail):
+            return self._processor_failed(
+                task, TypeError(f"the processor returned {outcome!r}, not Complete, Next, Release or Fail")
+            )
+        try:
+            data = getattr(outcome, "data", None)
+            if data is not None:
+                json.dumps(data)  # data the round trip cannot send fails here
+        except Exception as error:
+            return self._processor_failed(task, error)
+        return outcome
+
+    def _processor_failed(self, task: Task, error: BaseException) -> Fail:
+        log.error("%s: processor failed on task %s", self.name, task.id, exc_info=error)
+        return Fail(f"{error.__class__.__name__}: {error}")
+
+    def _handed_over(self, task: Task, outcome: Outcome) -> bool:
+        """An outcome without writes (and not a Next) rides in the dispatcher's next round trip;
+        the others are recorded on their own (False)."""
+        if isinstance(outcome, Next) or getattr(outcome, "writes", None) is not None:
+            return False
+        self._hand_over(task, outcome)
+        return True
+
+    def _hand_over(self, task: Task, outcome: Outcome) -> None:
+        """Leave ``outcome`` for the dispatcher's next round trip."""
+        with self._lock:
+            if not self._finished:
+                self._finished_at = time.monotonic()
+            self._finished.append((task, outcome))
+        self._wake_dispatcher()
+
+    def _wake_dispatcher(self) -> None:
+        raise NotImplementedError
+
+    def _routed(self, task: Task, outcome: Next) -> None:
+        """A Next was recorded: its state runs at once, under the same lease."""
+        task.state = outcome.state
+        if outcome.data is not None:
+            task.data = outcome.data
+        with self._lock:
+            self.stats.routed += 1
+
+    def _abandoned(self, task: Task) -> None:
+        """The task was lost before its outcome was recorded."""
+        self._discard(task, "the lease was lost before the outcome was recorded")
+        self._finish(task)
+
+    def _processor_done(self) -> None:
+        with self._lock:
+            self._running -= 1
+        self._wake_dispatcher()
+
+    def _finish(self, task: Task) -> None:
+        """The task is no longer this worker's (once, however often it is called)."""
+        with self._lock:
+            if self._in_flight.pop(task.id, None) is not None:
+                self.metrics.tasks_in_flight.dec()
+
+    def _count(self, task: Task, outcome: Outcome) -> None:
+        with self._lock:
+            if isinstance(outcome, Complete):
+                self.stats.completed += 1
+            elif isinstance(outcome, Release) and outcome is not _ROUTED_AWAY:
+                self.stats.released += 1
+            elif isinstance(outcome, Fail):
+                self.stats.failed += 1
+        if isinstance(outcome, Complete):
+            self._metric(self.metrics.tasks_completed, task.kind).inc()
+        elif isinstance(outcome, Fail):
+            self._metric(self.metrics.tasks_failed, task.kind).inc()
+
+    def _metric(self, family: Any, kind: str) -> Any:
+        """``family.labels(kind)``, looked up once per kind (it costs microseconds per task)."""
+        key = (id(family), kind)
+        child = self._metric_children.get(key)
+        if child is None:
+            child = self._metric_children[key] = family.labels(kind)
+        return child
+
+    def _discard(self, task: Task, why: str) -> None:
+        with self._lock:
+            self.stats.discarded += 1
+        log.warning("%s: discarded the result of task %s (epoch %d): %s", self.name, task.id, task.epoch, why)
+
+    # -- recording an outcome in a transaction of its own ------------------------------------------
+
+    def _start_recording(self, task: Task) -> bool:
+        """Before an outcome with writes (or a Next) is recorded: False when the lease is lost."""
+        if task.is_lost():
+            self._abandoned(task)
+            return False
+        with self._lock:
+            self._recording.add(task.id)
+        return True
+
+    def _stop_recording(self, task: Task) -> None:
+        with self._lock:
+            self._recording.discard(task.id)
+
+    def _transition(self, task: Task, outcome: Outcome) -> Op[None]:
+        """The outcome's fenced transition (its writes follow in the same transaction)."""
+        if task.is_lost():
+            raise LeaseLost(f"the lease of task {task.id} ran out before its outcome was recorded")
+        if isinstance(outcome, Complete):
+            yield from OPS.task_complete(
+                task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
+            )
+        elif isinstance(outcome, Next):
+            yield from OPS.task_update(
+                task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data
+            )
+        elif isinstance(outcome, Release):
+            yield from OPS.task_release(
+                task.id, task.owner, task.epoch, delay=outcome.delay, state=outcome.state, data=outcome.data
+            )
+
+    def _recorded(self, task: Task, outcome: Outcome) -> bool:
+        """The outcome committed: True when it was a Next (its next state runs now)."""
+        if isinstance(outcome, Next):
+            return True
+        self._finish(task)  # before the extender can find it held and be told it is done
+        self._count(task, outcome)
+        return False
+
+    def _not_recorded(self, task: Task, error: Exception) -> None:
+        """Recording the outcome failed with ``error``: the task is let go (or fails)."""
+        if isinstance(error, LeaseLost):
+            self._lose(task, error.detail or error.message)
+            self._discard(task, "the database refused the outcome")
+            self._finish(task)
+        elif isinstance(error, psycopg.Error | TenureError):
+            log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
+            self._finish(task)  # its fate is unknown (or the database refused it): the lease tells
+        else:
+            # The application's writes raised: they were rolled back with the transition, and
+            # the step failed like a processor that raised.
+            self._hand_over(task, self._processor_failed(task, error))
+
+
+class TaskWorker(TaskLogic):
+    """Runs processors on leased tasks with at most ``concurrency`` in flight, on threads.
+
+    ``processors`` maps a kind, or a (kind, state) pair, to a processor; the pair
+    wins. Use as a context manager: leaving waits up to ``shutdown_grace`` seconds
+    for tasks in flight, then releases the rest so another instance takes them at once.
+    """
+
+    processors: dict[str | tuple[str, str], Processor]
+
+    def __init__(
+        self, conninfo: str, processors: Mapping[str | tuple[str, str], Processor], **options: Any
+    ) -> None:
+        super().__init__(conninfo, processors, **options)
+        self._ready: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # leased, for the processor threads
+        self._wake = threading.Event()
+        self._stopping = threading.Event()  # no more new tasks (the listener's flag)
+        self._closing = threading.Event()  # no more leases kept either (wakes waits)
         self._threads: dict[str, threading.Thread] = {}
         self._deadlines = Deadlines(f"tasks {self.name}")
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
-            max_size=concurrency + 2,
+            max_size=self.concurrency + 2,
             kwargs=self._connection_options(),
             configure=watch_commits,
             check=self._check,
             timeout=self.safe_window,
-            reconnect_timeout=max(60.0, 10 * lease),
+            reconnect_timeout=max(60.0, 10 * self.lease),
             open=False,
             name=f"tenure-tasks-{self.name}",
         )
 
-    def _connection_options(self) -> dict[str, Any]:
-        return connection_options(application_name=f"tenure tasks {self.name}", deadline=self.safe_window)
-
     def _check(self, connection: psycopg.Connection[Any]) -> None:
         """A connection idle for a while may lead to a server that failed over: ask it first."""
-        if time.monotonic() - getattr(connection, _LAST_USED, 0.0) < CHECK_AFTER_IDLE:
+        if not self._idle(connection):
             return
         with self._deadlines.bounded(connection, min(self.safe_window, 2.0)):
             connection.execute("")
@@ -271,19 +670,17 @@ class TaskWorker:
                 with self._connection() as connection:
                     return call(connection)
             except psycopg.Error as error:
-                if not lost_server(error) or time.monotonic() + 0.05 >= until or self._closed.is_set():
+                if not self._retry(error, until):
                     raise
-                log.info("%s: the database connection failed, trying again: %s", self.name, error)
                 time.sleep(0.05)
+
+    def _run_op(self, make: Callable[[], Op[R]], *, until: float) -> R:
+        return self._call(lambda connection: Driver(connection).run(make()), until=until)
 
     # -- life cycle ---------------------------------------------------------------
 
     def start(self) -> TaskWorker:
-        check_start(
-            self.conninfo,
-            application_name=f"tenure tasks {self.name}",
-            listener="a task worker that listens for new tasks" if self.listen else None,
-        )
+        self._check_start()
         self._pool.open(wait=True, timeout=30)
         loops: list[tuple[Callable[[], None], str]] = [(self._dispatch, "dispatch"), (self._extend, "extend")]
         if self.listen:
@@ -304,16 +701,13 @@ class TaskWorker:
         to its lease.
         """
         deadline = time.monotonic() + self.shutdown_grace
+        self._stop_requested = True
         self._stopping.set()
         self._wake.set()
         while self._held() and time.monotonic() < deadline:
             time.sleep(0.02)  # the dispatcher keeps reporting what finishes meanwhile
         release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
-        with self._lock:
-            reported = {task.id for task, _ in self._finished} | self._recording
-            unfinished = [task for task in self._in_flight.values() if task.id not in reported]
-        for task in unfinished:
-            task.lost.set()  # whatever it still produces is discarded
+        unfinished = self._unfinished()
         if unfinished and release_by > time.monotonic():
             try:
                 self._report([(task, Release()) for task in unfinished], until=release_by)
@@ -321,7 +715,8 @@ class TaskWorker:
                 log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
         while self._held() and time.monotonic() < release_by:
             time.sleep(0.02)  # outcomes that finished in time are still on their way
-        self._closed.set()
+        self._closed = True
+        self._closing.set()
         self._wake.set()
         for _ in range(self.concurrency):
             self._ready.put(None)
@@ -340,36 +735,21 @@ class TaskWorker:
     ) -> None:
         self.stop()
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._in_flight)
-
-    def _held(self) -> list[Task]:
-        with self._lock:
-            return list(self._in_flight.values())
+    def _wake_dispatcher(self) -> None:
+        self._wake.set()
 
     # -- the dispatcher: one round trip reports what finished and leases what fits ------
 
     def _dispatch(self) -> None:
         poll_at = time.monotonic()
-        while not self._closed.is_set():
+        while not self._closed:
             now = time.monotonic()
-            with self._lock:
-                stopping = self._stopping.is_set()
-                free = 0 if stopping else self.concurrency - self._running
-                linger_until = self._finished_at + LINGER if self._finished else 0.0
-                if not stopping and self._running and 2 * free < self.concurrency and now < linger_until:
-                    finished = []  # share the round trip with outcomes soon to come
-                else:
-                    finished, self._finished, linger_until = self._finished, [], 0.0
-                    self._recording.update(task.id for task, _ in finished)  # see stop()
+            finished, free, linger_until = self._take_finished(now)
             if linger_until:
                 self._wake.wait(linger_until - now)
                 self._wake.clear()
                 continue
-            if free > 0 and now >= poll_at:
-                self._due = True
-            limit = free if self._due else 0
+            limit = self._lease_limit(free, now, poll_at)
             if finished or limit:
                 if limit:
                     poll_at = time.monotonic() + self.poll_interval
@@ -377,94 +757,46 @@ class TaskWorker:
                     self._cycle(finished, limit)
                 except (psycopg.Error, TenureError) as error:
                     log.warning("%s: a round trip to the database failed: %s", self.name, error)
-                    self._closed.wait(min(self.poll_interval, 0.5))
+                    self._closing.wait(min(self.poll_interval, 0.5))
                 except Exception:
                     log.exception("%s: a round trip to the database failed", self.name)
-                    self._closed.wait(min(self.poll_interval, 0.5))
+                    self._closing.wait(min(self.poll_interval, 0.5))
                 finally:
-                    with self._lock:
-                        self._recording.difference_update(task.id for task, _ in finished)
+                    self._reported_elsewhere(finished)
                 continue
             self._wake.wait(max(0.0, poll_at - time.monotonic()) if free > 0 else None)
             self._wake.clear()
 
     def _cycle(self, finished: list[tuple[Task, Outcome]], limit: int) -> None:
         """Report ``finished`` and lease up to ``limit`` tasks, in one call."""
-        reported = []
-        for task, outcome in finished:
-            if task.is_lost():
-                self._discard(task, "the lease was lost before the outcome was recorded")
-                self._finish(task)
-            else:
-                reported.append((task, outcome))
+        reported = self._to_report(finished)
         if not reported and not limit:
             return
         sent = time.monotonic()
-        until = min((task.valid_until for task, _ in reported), default=sent + self.safe_window)
-        try:
-            rows = self._report(reported, until=until, limit=limit)
-        except BaseException:
-            for task, _ in reported:  # the lease runs out unless the outcome did commit
-                self._finish(task)
-            raise
-        leases = [row for row in rows if row.outcome == "lease"]
-        if limit:
-            self._due = len(leases) == limit  # a short answer: nothing more is due for now
-        for row in leases:
-            task = Task(
-                id=row.id,
-                kind=row.kind or "",
-                state=row.state or "",
-                data=row.data,
-                epoch=row.epoch,
-                attempts=row.attempts or 0,
-                owner=self.instance_id,
-                valid_until=sent + self.safe_window,
-            )
-            with self._lock:
-                self._in_flight[task.id] = task
-                self._running += 1
-                self.stats.acquired += 1
-            self.metrics.tasks_acquired.labels(task.kind).inc()
-            self.metrics.tasks_in_flight.inc()
+        rows = self._report(reported, until=self._report_until(reported, sent), limit=limit)
+        for task in self._leased(rows, limit, sent):
             self._ready.put(task)
 
     def _report(
         self, reported: list[tuple[Task, Outcome]], *, until: float, limit: int = 0
     ) -> list[TaskCycled]:
         """One ``task_cycle`` call: the outcomes' results are counted and their tasks let go."""
-        with self._lock:
-            self._recording.update(task.id for task, _ in reported)
+        self._reporting(reported)
         try:
-            rows = self._call(
-                lambda connection: Driver(connection).task_cycle(
-                    self.instance_id,
-                    lease=self.lease,
-                    limit=limit,
-                    kinds=self.kinds,
-                    outcomes=[_outcome_json(task, outcome) for task, outcome in reported],
-                    wait=self._wait if limit else None,
-                ),
-                until=until,
-            )
+            rows = self._run_op(lambda: self._cycle_op(reported, limit), until=until)
+        except BaseException:
+            self._report_failed(reported)
+            raise
         finally:
-            with self._lock:
-                self._recording.difference_update(task.id for task, _ in reported)
-        for (task, outcome), row in zip(reported, rows, strict=False):
-            if row.refused is None:
-                self._count(task, outcome)
-            else:
-                self._lose(task, row.refused)
-                self._discard(task, "the database refused the outcome")
-            self._finish(task)
+            self._reported_elsewhere(reported)
+        self._reported(reported, rows)
         return rows
 
     def _listen(self) -> None:
         """Wake the dispatcher when a task of our kinds becomes due (or LISTEN reconnected)."""
 
         def on_notify(payload: str | None) -> None:
-            if payload is None or payload in self.kinds:
-                self._due = True
+            if self._notified(payload):
                 self._wake.set()
 
         listen(
@@ -479,177 +811,411 @@ class TaskWorker:
     # -- keeping leases --------------------------------------------------------------
 
     def _extend(self) -> None:
-        while not self._closed.wait(self.extend_every):
-            held = []
-            for task in self._held():
-                if task.is_lost():
-                    self._lose(task, "no lease extension within the safe window")
-                else:
-                    held.append(task)
+        while not self._closing.wait(self.extend_every):
+            held = self._to_extend()
             if not held:
                 continue
-            extensions = [{"id": task.id, "epoch": task.epoch, "outcome": "extend"} for task in held]
             sent = time.monotonic()
             try:
-                rows = self._call(
-                    lambda connection, extensions=extensions: Driver(connection).task_cycle(  # type: ignore[misc]
-                        self.instance_id, lease=self.lease, limit=0, kinds=self.kinds, outcomes=extensions
-                    ),
+                rows = self._run_op(
+                    lambda held=held: self._extend_op(held),  # type: ignore[misc]
                     until=min(task.valid_until for task in held),
                 )
             except psycopg.Error as error:
                 log.warning("%s: extending %d leases failed: %s", self.name, len(held), error)
                 continue
-            for task, row in zip(held, rows, strict=False):
-                if row.refused is None:
-                    task.valid_until = sent + self.safe_window
-                    continue
-                with self._lock:
-                    recording = task.id in self._recording
-                if not recording:
-                    self._lose(task, row.refused)
-
-    def _lose(self, task: Task, reason: str) -> None:
-        with self._lock:
-            if task.id not in self._in_flight:
-                return  # it finished while the extender was at it
-        if not task.lost.is_set():
-            task.lost.set()
-            with self._lock:
-                self.stats.lost += 1
-            self.metrics.task_leases_lost.labels(task.kind).inc()
-            log.warning(
-                "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
-            )
+            self._extended(held, rows, sent)
 
     # -- running processors ------------------------------------------------------------
-
-    def processor_for(self, kind: str, state: str) -> Processor | None:
-        return self.processors.get((kind, state)) or self.processors.get(kind)
 
     def _process(self) -> None:
         while (task := self._ready.get()) is not None:
             try:
                 self._run(task)
             finally:
-                with self._lock:
-                    self._running -= 1
-                self._wake.set()
+                self._processor_done()
 
     def _run(self, task: Task) -> None:
         while not task.is_lost():
+            if self._routed_away(task):
+                return
             processor = self.processor_for(task.kind, task.state)
-            if processor is None:
-                self._hand_over(task, _ROUTED_AWAY)
-                return
             try:
-                outcome = processor(task)
-                if not isinstance(outcome, Complete | Next | Release | Fail):
-                    raise TypeError(
-                        f"the processor returned {outcome!r}, not Complete, Next, Release or Fail"
-                    )
-                json.dumps(getattr(outcome, "data", None))  # data the round trip cannot send fails here
+                outcome = self._checked(task, processor(task))
             except Exception as error:
-                log.exception("%s: processor failed on task %s", self.name, task.id)
-                outcome = Fail(f"{error.__class__.__name__}: {error}")
-            if not isinstance(outcome, Next) and getattr(outcome, "writes", None) is None:
-                self._hand_over(task, outcome)
+                outcome = self._processor_failed(task, error)
+            if self._handed_over(task, outcome) or not self._apply(task, outcome):
                 return
-            if not self._apply(task, outcome) or not isinstance(outcome, Next):
-                return
-            task.state = outcome.state
-            if outcome.data is not None:
-                task.data = outcome.data
-            with self._lock:
-                self.stats.routed += 1
-        self._discard(task, "the lease was lost before the outcome was recorded")
-        self._finish(task)
-
-    def _hand_over(self, task: Task, outcome: Outcome) -> None:
-        """Leave ``outcome`` for the dispatcher's next round trip."""
-        with self._lock:
-            if not self._finished:
-                self._finished_at = time.monotonic()
-            self._finished.append((task, outcome))
-        self._wake.set()
-
-    def _finish(self, task: Task) -> None:
-        """The task is no longer this worker's (once, however often it is called)."""
-        with self._lock:
-            if self._in_flight.pop(task.id, None) is not None:
-                self.metrics.tasks_in_flight.dec()
-
-    def _count(self, task: Task, outcome: Outcome) -> None:
-        with self._lock:
-            if isinstance(outcome, Complete):
-                self.stats.completed += 1
-            elif isinstance(outcome, Release) and outcome is not _ROUTED_AWAY:
-                self.stats.released += 1
-            elif isinstance(outcome, Fail):
-                self.stats.failed += 1
-        if isinstance(outcome, Complete):
-            self.metrics.tasks_completed.labels(task.kind).inc()
-        elif isinstance(outcome, Fail):
-            self.metrics.tasks_failed.labels(task.kind).inc()
+            assert isinstance(outcome, Next)
+            self._routed(task, outcome)
+        self._abandoned(task)
 
     def _apply(self, task: Task, outcome: Outcome) -> bool:
-        """Record an outcome that carries writes, or a Next, on its own; False when it was
-        discarded or its fate is unknown (the task is let go then)."""
-        if task.is_lost():
-            self._discard(task, "the lease was lost before the outcome was recorded")
-            self._finish(task)
+        """Record an outcome that carries writes, or a Next, on its own: True when it was a
+        Next that committed (its next state runs now)."""
+        if not self._start_recording(task):
             return False
-        with self._lock:
-            self._recording.add(task.id)
+        failed: Exception | None = None
         try:
             self._call(lambda connection: self._record(connection, task, outcome), until=task.valid_until)
-        except LeaseLost as error:
-            self._lose(task, error.detail or error.message)
-            self._discard(task, "the database refused the outcome")
-            self._finish(task)
-            return False
-        except psycopg.Error as error:
-            log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
-            self._finish(task)
-            return False
+        except Exception as error:
+            failed = error
         finally:
-            with self._lock:
-                self._recording.discard(task.id)
-        if not isinstance(outcome, Next):
-            self._finish(task)  # before the extender can find it held and be told it is done
-            self._count(task, outcome)
-        return True
+            self._stop_recording(task)
+        if failed is not None:
+            self._not_recorded(task, failed)
+            return False
+        return self._recorded(task, outcome)
 
     def _record(self, connection: psycopg.Connection[Any], task: Task, outcome: Outcome) -> None:
         """The outcome's transition and its writes in one transaction, confirmed by the cluster."""
-        if task.is_lost():
-            raise LeaseLost(f"the lease of task {task.id} ran out before its outcome was recorded")
         writes = getattr(outcome, "writes", None)
         with durable_transaction(connection) if writes is not None else nullcontext(connection):
-            driver = Driver(connection)
-            if isinstance(outcome, Complete):
-                driver.task_complete(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
-            elif isinstance(outcome, Next):
-                driver.task_update(task.id, task.owner, task.epoch, state=outcome.state, data=outcome.data)
-            elif isinstance(outcome, Release):
-                driver.task_release(
-                    task.id,
-                    task.owner,
-                    task.epoch,
-                    delay=outcome.delay,
-                    state=outcome.state,
-                    data=outcome.data,
-                )
+            Driver(connection).run(self._transition(task, outcome))
             if writes is not None:
                 writes(connection)
 
-    def _discard(self, task: Task, why: str) -> None:
-        with self._lock:
-            self.stats.discarded += 1
-        log.warning("%s: discarded the result of task %s (epoch %d): %s", self.name, task.id, task.epoch, why)
+
+class AsyncTaskWorker(TaskLogic):
+    """:class:`TaskWorker` for asyncio: the same worker as tasks of the running event loop,
+    without a thread.
+
+    Processors are coroutine functions (``async def processor(task) -> Outcome``); a plain
+    function is refused, since it would block the loop. An outcome's ``writes`` is an async
+    callable that takes the ``psycopg.AsyncConnection`` of the outcome's transaction. When a
+    task's lease is lost (an extension refused, or the end of its safe window reached: a
+    watchdog task of the loop looks then), its processor is cancelled and its outcome discarded: a processor
+    acts only while the lease is held (it is stopped at its next await).
+
+    Use as ``async with``: leaving the block, or the cancellation of the task in it, waits up
+    to ``shutdown_grace`` seconds for the tasks in flight, then releases the rest.
+    """
+
+    processors: dict[str | tuple[str, str], AsyncProcessor]
+
+    def __init__(
+        self, conninfo: str, processors: Mapping[str | tuple[str, str], AsyncProcessor], **options: Any
+    ) -> None:
+        super().__init__(conninfo, processors, **options)
+        self._wake = asyncio.Event()
+        self._loops: dict[str, asyncio.Task[None]] = {}
+        self._runners: set[asyncio.Task[None]] = set()
+        self._processing: dict[uuid.UUID, asyncio.Task[None]] = {}  # runners inside their processor
+        self._deadlines = AsyncDeadlines(f"tasks {self.name}")
+        self._pool = AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=self.concurrency + 2,
+            kwargs=self._connection_options(),
+            configure=self._configure,
+            check=self._check,
+            timeout=self.safe_window,
+            reconnect_timeout=max(60.0, 10 * self.lease),
+            open=False,
+            name=f"tenure-tasks-{self.name}",
+        )
+
+    def _check_processor(self, key: str | tuple[str, str], processor: Any) -> None:
+        if not (
+            inspect.iscoroutinefunction(processor)
+            or inspect.iscoroutinefunction(getattr(processor, "__call__", None))  # noqa: B004
+        ):
+            name = getattr(processor, "__qualname__", repr(processor))
+            raise InvalidConfiguration(
+                f"the processor {name} for {key!r} is not a coroutine function: an AsyncTaskWorker "
+                "runs its processors on the event loop, where a plain function would block it",
+                hint="Declare it with async def, or use TaskWorker for blocking processors.",
+            )
+
+    async def _configure(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        watch_commits(connection)
+
+    async def _check(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """A connection idle for a while may lead to a server that failed over: ask it first."""
+        if not self._idle(connection):
+            return
+        with self._deadlines.bounded(connection, min(self.safe_window, 2.0)):
+            await connection.execute("")
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """:meth:`TaskWorker._connection` on the event loop."""
+        async with self._pool.connection(timeout=self.safe_window) as connection:
+            try:
+                with self._deadlines.bounded(connection, self.safe_window):
+                    yield connection
+            except BaseException as error:
+                if lost_server(error, connection) or isinstance(error, asyncio.CancelledError):
+                    await connection.close()  # a cancelled call may have left it mid-statement
+                raise
+            finally:
+                setattr(connection, _LAST_USED, time.monotonic())
+
+    async def _call(self, call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]], *, until: float) -> R:
+        while True:
+            try:
+                async with self._connection() as connection:
+                    return await call(connection)
+            except psycopg.Error as error:
+                if not self._retry(error, until):
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def _run_op(self, make: Callable[[], Op[R]], *, until: float) -> R:
+        return await self._call(lambda connection: AsyncDriver(connection).run(make()), until=until)
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def start(self) -> AsyncTaskWorker:
+        await _acheck_start(self)
+        await self._pool.open(wait=True, timeout=30)
+        loops = [
+            (self._dispatch(), "dispatch"),
+            (self._extend(), "extend"),
+            (self._watch_leases(), "watchdog"),
+        ]
+        if self.listen:
+            loops.append((self._listen(), "listen"))
+        for work, role in loops:
+            self._loops[role] = asyncio.create_task(work, name=f"tenure-tasks-{role}-{self.name}")
+        return self
+
+    async def stop(self) -> None:
+        """:meth:`TaskWorker.stop`: finish for ``shutdown_grace``, then release the rest."""
+        deadline = time.monotonic() + self.shutdown_grace
+        self._stop_requested = True
+        self._wake.set()
+        while self._held() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # the dispatcher keeps reporting what finishes meanwhile
+        release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
+        unfinished = self._unfinished()  # their processors are cancelled
+        if unfinished and release_by > time.monotonic():
+            try:
+                await self._report([(task, Release()) for task in unfinished], until=release_by)
+            except psycopg.Error as error:
+                log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
+        while self._held() and time.monotonic() < release_by:
+            await asyncio.sleep(0.02)  # outcomes that finished in time are still on their way
+        self._closed = True
+        self._wake.set()
+        dispatcher = self._loops.get("dispatch")
+        if dispatcher is not None:  # it ends its round trip in progress, within the bound
+            await asyncio.wait([dispatcher], timeout=max(0.1, release_by - time.monotonic()))
+        rest = [*self._loops.values(), *self._runners]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+        self._loops.clear()
+        await self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
+
+    async def __aenter__(self) -> AsyncTaskWorker:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Shielded: a second cancellation of the enclosing task does not cut the release short.
+        await asyncio.shield(self.stop())
+
+    def _wake_dispatcher(self) -> None:
+        self._wake.set()
+
+    async def _woken(self, timeout: float | None) -> None:
+        """Until the dispatcher is woken or ``timeout`` seconds pass."""
+        if not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+        self._wake.clear()
+
+    # -- the dispatcher --------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        poll_at = time.monotonic()
+        while not self._closed:
+            now = time.monotonic()
+            finished, free, linger_until = self._take_finished(now)
+            if linger_until:
+                await self._woken(linger_until - now)
+                continue
+            limit = self._lease_limit(free, now, poll_at)
+            if finished or limit:
+                if limit:
+                    poll_at = time.monotonic() + self.poll_interval
+                try:
+                    await self._cycle(finished, limit)
+                except (psycopg.Error, TenureError) as error:
+                    log.warning("%s: a round trip to the database failed: %s", self.name, error)
+                    await asyncio.sleep(min(self.poll_interval, 0.5))
+                except Exception:
+                    log.exception("%s: a round trip to the database failed", self.name)
+                    await asyncio.sleep(min(self.poll_interval, 0.5))
+                finally:
+                    self._reported_elsewhere(finished)
+                continue
+            await self._woken(max(0.0, poll_at - time.monotonic()) if free > 0 else None)
+
+    async def _cycle(self, finished: list[tuple[Task, Outcome]], limit: int) -> None:
+        reported = self._to_report(finished)
+        if not reported and not limit:
+            return
+        sent = time.monotonic()
+        rows = await self._report(reported, until=self._report_until(reported, sent), limit=limit)
+        for task in self._leased(rows, limit, sent):
+            runner = asyncio.create_task(self._process(task), name=f"tenure-task-{task.id}")
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+
+    async def _report(
+        self, reported: list[tuple[Task, Outcome]], *, until: float, limit: int = 0
+    ) -> list[TaskCycled]:
+        self._reporting(reported)
+        try:
+            rows = await self._run_op(lambda: self._cycle_op(reported, limit), until=until)
+        except BaseException:
+            self._report_failed(reported)
+            raise
+        finally:
+            self._reported_elsewhere(reported)
+        self._reported(reported, rows)
+        return rows
+
+    async def _listen(self, ping_every: float = 5.0) -> None:
+        """Wake the dispatcher when a task of our kinds becomes due, as :func:`tenure.connect.listen`
+        does for the threaded worker: a notification only wakes early, every (re)connection
+        counts as one (what was announced meanwhile is lost), a bounded ping every
+        ``ping_every`` seconds moves the listener off a server that stopped answering."""
+        bound = max(self.poll_interval, 1.0)
+        while not self._stop_requested:
+            try:
+                connection = await aconnect(
+                    self.conninfo, application_name=f"tenure listen {self.name}", deadline=bound
+                )
+                async with connection:
+                    await connection.execute("LISTEN tenure_task")
+                    if self._notified(None):
+                        self._wake.set()
+                    while not self._stop_requested:
+                        async for notify in connection.notifies(timeout=ping_every):
+                            if self._notified(notify.payload):
+                                self._wake.set()
+                        with self._deadlines.bounded(connection, bound):
+                            await connection.execute("SELECT 1")
+            except psycopg.Error as error:
+                log.warning("%s: listen failed, polling only until it reconnects: %s", self.name, error)
+                await asyncio.sleep(self.poll_interval)
+
+    # -- keeping leases --------------------------------------------------------------------
+
+    async def _extend(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.extend_every)
+            held = self._to_extend()
+            if not held:
+                continue
+            sent = time.monotonic()
+            try:
+                rows = await self._run_op(
+                    lambda held=held: self._extend_op(held),  # type: ignore[misc]
+                    until=min(task.valid_until for task in held),
+                )
+            except psycopg.Error as error:
+                log.warning("%s: extending %d leases failed: %s", self.name, len(held), error)
+                continue
+            self._extended(held, rows, sent)
+
+    def _interrupt(self, task: Task) -> None:
+        runner = self._processing.get(task.id)
+        if runner is not None:
+            runner.cancel()
+
+    async def _watch_leases(self) -> None:
+        """At the end of each task's safe window, if no extension moved it on, the task is lost
+        and its processor cancelled then, not at the extender's next round."""
+        while not self._closed:
+            await asyncio.sleep(self._expire_leases())
+
+    # -- running processors ------------------------------------------------------------------
+
+    async def _process(self, task: Task) -> None:
+        try:
+            await self._run(task)
+        finally:
+            self._processor_done()
+
+    async def _run(self, task: Task) -> None:
+        while not task.is_lost():
+            if self._routed_away(task):
+                return
+            processor = self.processor_for(task.kind, task.state)
+            runner = asyncio.current_task()
+            assert runner is not None
+            self._processing[task.id] = runner
+            try:
+                outcome = self._checked(task, await processor(task))
+            except asyncio.CancelledError:
+                if not task.lost.is_set():
+                    raise  # not ours: the worker's own tasks are cancelled on stop
+                runner.uncancel()
+                break
+            except Exception as error:
+                outcome = self._processor_failed(task, error)
+            finally:
+                del self._processing[task.id]
+            if self._handed_over(task, outcome) or not await self._apply(task, outcome):
+                return
+            assert isinstance(outcome, Next)
+            self._routed(task, outcome)
+        self._abandoned(task)
+
+    async def _apply(self, task: Task, outcome: Outcome) -> bool:
+        if not self._start_recording(task):
+            return False
+        failed: Exception | None = None
+        try:
+            await self._call(
+                lambda connection: self._record(connection, task, outcome), until=task.valid_until
+            )
+        except Exception as error:
+            failed = error
+        finally:
+            self._stop_recording(task)
+        if failed is not None:
+            self._not_recorded(task, failed)
+            return False
+        return self._recorded(task, outcome)
+
+    async def _record(self, connection: psycopg.AsyncConnection[Any], task: Task, outcome: Outcome) -> None:
+        writes = getattr(outcome, "writes", None)
+        if writes is None:
+            await AsyncDriver(connection).run(self._transition(task, outcome))
+            return
+        forget_unconfirmed(connection)
+        async with connection.transaction():
+            await AsyncDriver(connection).run(self._transition(task, outcome))
+            written = writes(connection)
+            if not inspect.isawaitable(written):
+                raise TypeError(
+                    f"the writes {getattr(writes, '__qualname__', writes)!r} of an AsyncTaskWorker's outcome "
+                    "must be async (take the AsyncConnection and return an awaitable)"
+                )
+            await written
+        await aconfirm_commit(connection)
 
 
-# What a processor thread hands the dispatcher when no processor takes the task's state:
+async def _acheck_start(worker: TaskLogic) -> None:
+    """:func:`tenure.connect.check_start` on the event loop: a pooler that refuses tenure's
+    startup options, and, for a listening worker, a transaction pooler."""
+    async with await aconnect(
+        worker.conninfo, application_name=f"tenure tasks {worker.name}", deadline=5.0
+    ) as probe:
+        if worker.listen:
+            await arefuse_transaction_pooling(
+                probe, worker.conninfo, what="a task worker that listens for new tasks", needs="LISTEN"
+            )
+
+
+# What a processor's runner hands the dispatcher when no processor takes the task's state:
 # released at once for a worker that has one, counted as neither released nor routed.
 _ROUTED_AWAY = Release()
 

@@ -1,4 +1,5 @@
-"""A task worker (``tenure task worker``) as a child process."""
+"""A task worker (``tenure task worker``, or with ``asynchronous`` ``tenure task worker --async``)
+as a child process."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class TaskWorkerProcess(ChildProcess):
         poll_interval: float,
         concurrency: int = 4,
         env: dict[str, str] | None = None,
+        asynchronous: bool = False,
     ) -> None:
         super().__init__(
             [
@@ -42,6 +44,7 @@ class TaskWorkerProcess(ChildProcess):
                 str(poll_interval),
                 "--grace",
                 "1",
+                *(["--async"] if asynchronous else []),
             ],
             log_path,
             env=env,
