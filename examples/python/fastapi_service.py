@@ -60,7 +60,9 @@ async def leader_job(elector: AsyncElector) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    async with await aconnect("", application_name="fastapi setup", deadline=5) as db:
+    async with await aconnect("", application_name="fastapi setup", deadline=5) as db, db.transaction():
+        # Copies start together: one at a time, or two CREATE TABLE IF NOT EXISTS collide.
+        await db.execute("SELECT pg_advisory_xact_lock(hashtext('fastapi_service setup'))")
         await db.execute("CREATE TABLE IF NOT EXISTS orders (id int, item text, epoch bigint)")
         await db.execute(
             "CREATE TABLE IF NOT EXISTS job_runs (instance uuid, term bigint, done_at timestamptz "

@@ -22,6 +22,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tenure.cli import main as cli_main
@@ -127,6 +129,13 @@ def browser() -> Iterator[webdriver.Chrome]:
         chrome.quit()
 
 
+def _follow(chrome: webdriver.Chrome, element: WebElement) -> None:
+    """Click a link or a submit button and wait for the next page: a click returns before
+    the browser has loaded it, and the old page's elements would answer meanwhile."""
+    element.click()
+    WebDriverWait(chrome, 30).until(expected_conditions.staleness_of(element))
+
+
 def _no_alert(chrome: webdriver.Chrome) -> None:
     try:
         alert = chrome.switch_to.alert
@@ -180,17 +189,17 @@ def test_requeue_a_dead_task_through_sign_in_and_confirmation(
 ) -> None:
     assert _status(admin, workload.dead_task) == "dead"
     browser.get(dashboard.url + "/tasks")
-    browser.find_element(By.CSS_SELECTOR, "#dead a.requeue").click()
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "#dead a.requeue"))
     # Not signed in yet: the sign-in page, then back to the confirmation.
     browser.find_element(By.ID, "token").send_keys("wrong")
-    browser.find_element(By.ID, "sign-in").click()
+    _follow(browser, browser.find_element(By.ID, "sign-in"))
     assert "not the dashboard's token" in browser.find_element(By.TAG_NAME, "main").text
     browser.find_element(By.ID, "token").send_keys(TOKEN)
-    browser.find_element(By.ID, "sign-in").click()
+    _follow(browser, browser.find_element(By.ID, "sign-in"))
     assert str(workload.dead_task) in browser.find_element(By.ID, "explain").text
     assert _status(admin, workload.dead_task) == "dead", "the confirmation page itself changes nothing"
     browser.save_screenshot(str(tmp_path / "confirm.png"))
-    browser.find_element(By.ID, "confirm").click()
+    _follow(browser, browser.find_element(By.ID, "confirm"))
     WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#flash, #error"))
     _no_alert(browser)
     assert not browser.find_elements(By.ID, "error"), browser.find_element(By.ID, "error").text

@@ -56,9 +56,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from tenure.connect import (
     AsyncDeadlines,
     Deadlines,
+    acheck_start,
     aconfirm_commit,
-    aconnect,
-    arefuse_transaction_pooling,
+    alisten,
     check_start,
     connection_options,
     durable_transaction,
@@ -967,7 +967,11 @@ class AsyncTaskWorker(TaskLogic):
     # -- life cycle ---------------------------------------------------------------
 
     async def start(self) -> AsyncTaskWorker:
-        await _acheck_start(self)
+        await acheck_start(
+            self.conninfo,
+            application_name=f"tenure tasks {self.name}",
+            listener="a task worker that listens for new tasks" if self.listen else None,
+        )
         await self._pool.open(wait=True, timeout=30)
         loops = [
             (self._dispatch(), "dispatch"),
@@ -1080,30 +1084,17 @@ class AsyncTaskWorker(TaskLogic):
         self._reported(reported, rows)
         return rows
 
-    async def _listen(self, ping_every: float = 5.0) -> None:
-        """Wake the dispatcher when a task of our kinds becomes due, as :func:`tenure.connect.listen`
-        does for the threaded worker: a notification only wakes early, every (re)connection
-        counts as one (what was announced meanwhile is lost), a bounded ping every
-        ``ping_every`` seconds moves the listener off a server that stopped answering."""
-        bound = max(self.poll_interval, 1.0)
-        while not self._stop_requested:
-            try:
-                connection = await aconnect(
-                    self.conninfo, application_name=f"tenure listen {self.name}", deadline=bound
-                )
-                async with connection:
-                    await connection.execute("LISTEN tenure_task")
-                    if self._notified(None):
-                        self._wake.set()
-                    while not self._stop_requested:
-                        async for notify in connection.notifies(timeout=ping_every):
-                            if self._notified(notify.payload):
-                                self._wake.set()
-                        with self._deadlines.bounded(connection, bound):
-                            await connection.execute("SELECT 1")
-            except psycopg.Error as error:
-                log.warning("%s: listen failed, polling only until it reconnects: %s", self.name, error)
-                await asyncio.sleep(self.poll_interval)
+    async def _listen(self) -> None:
+        """Wake the dispatcher when a task of our kinds becomes due (or LISTEN reconnected),
+        until the task running it is cancelled at the end of stop()."""
+
+        def on_notify(payload: str | None) -> None:
+            if self._notified(payload):
+                self._wake.set()
+
+        await alisten(
+            self.conninfo, "tenure_task", name=self.name, retry=self.poll_interval, on_notify=on_notify
+        )
 
     # -- keeping leases --------------------------------------------------------------------
 
@@ -1201,18 +1192,6 @@ class AsyncTaskWorker(TaskLogic):
                 )
             await written
         await aconfirm_commit(connection)
-
-
-async def _acheck_start(worker: TaskLogic) -> None:
-    """:func:`tenure.connect.check_start` on the event loop: a pooler that refuses tenure's
-    startup options, and, for a listening worker, a transaction pooler."""
-    async with await aconnect(
-        worker.conninfo, application_name=f"tenure tasks {worker.name}", deadline=5.0
-    ) as probe:
-        if worker.listen:
-            await arefuse_transaction_pooling(
-                probe, worker.conninfo, what="a task worker that listens for new tasks", needs="LISTEN"
-            )
 
 
 # What a processor's runner hands the dispatcher when no processor takes the task's state:
