@@ -14,6 +14,7 @@ async context managers that run on the application's event loop, without a threa
   coroutine ``submit`` and ``status``; the same per-key order and checks.
 - ``AsyncTaskWorker``: ``async def`` processors, cancelled when their lease is lost; an
   outcome's async ``writes`` run on its AsyncConnection, in the transition's transaction.
+- ``AsyncMaintainer``: the elected maintainer (schedule ticks, retention) as tasks.
 
 Each async runtime shares its decisions (timing, watchdog, outcomes) with its sync twin:
 they are written once, as operations (see :mod:`tenure.driver`), and run by two shells.
@@ -24,6 +25,7 @@ from tenure.driver import AsyncDriver
 from tenure.runtime.batches import AsyncSubmissionPool
 from tenure.runtime.claims import AsyncClaimer
 from tenure.runtime.heartbeat import AsyncElector
+from tenure.runtime.maintain import AsyncMaintainer
 from tenure.runtime.replicas import AsyncReplicaManager
 from tenure.runtime.tasks import AsyncTaskWorker
 
@@ -31,6 +33,7 @@ __all__ = [
     "AsyncClaimer",
     "AsyncDriver",
     "AsyncElector",
+    "AsyncMaintainer",
     "AsyncReplicaManager",
     "AsyncSubmissionPool",
     "AsyncTaskWorker",

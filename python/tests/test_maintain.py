@@ -51,6 +51,7 @@ from tenure.cli import build_parser
 from tenure.cli import main as cli
 from tenure.cli.maintain import duration
 from tenure.driver import PRUNE_HISTORIES
+from tenure.testing.aio import Flavour
 from tenure.testing.child import ChildProcess
 from tenure.testing.heartbeat import wait_for_primary
 from tenure.testing.tasks import TaskWorkerProcess
@@ -101,15 +102,17 @@ def check_every_slot_once(slots: list[datetime]) -> None:
 # -- in-process maintainers ------------------------------------------------------------------
 
 
-def maintainer(conninfo: str, **options: Any) -> Maintainer:
+def maintainer(flavour: Flavour, conninfo: str, **options: Any) -> Maintainer:
     options = {"tick_every": 0.1, "retention_every": 3600.0, "interval": I, "timeout": T, **options}
-    return Maintainer(conninfo, **options)
+    return flavour(Maintainer, conninfo, **options)
 
 
-def test_two_maintainers_exactly_one_ticks(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
+def test_two_maintainers_exactly_one_ticks(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
     driver = Driver(admin)
     every_second(driver)
-    first, second = maintainer(app_conninfo, name="m1"), maintainer(app_conninfo, name="m2")
+    first, second = maintainer(flavour, app_conninfo, name="m1"), maintainer(flavour, app_conninfo, name="m2")
     with first, second:
         wait_until(lambda: first.is_primary() or second.is_primary(), what="a maintainer elected")
         active, standby = (first, second) if first.is_primary() else (second, first)
@@ -154,7 +157,7 @@ INSERT INTO public.prune_rows SELECT FROM generate_series(1, 25);
 
 
 def test_retention_prunes_in_bounded_batches_from_the_maintainer_only(
-    app_conninfo: str, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+    app_conninfo: str, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture, flavour: Flavour
 ) -> None:
     admin.execute(PRUNE_STUB)
     present = {
@@ -165,8 +168,8 @@ def test_retention_prunes_in_bounded_batches_from_the_maintainer_only(
     }
     assert "task" in present
     retention = Retention(task=timedelta(days=3), limit=10)
-    first = maintainer(app_conninfo, name="r1", retention=retention)
-    second = maintainer(app_conninfo, name="r2", retention=retention)
+    first = maintainer(flavour, app_conninfo, name="r1", retention=retention)
+    second = maintainer(flavour, app_conninfo, name="r2", retention=retention)
     with first, second:
         wait_until(
             lambda: first.snapshot().retention_runs + second.snapshot().retention_runs >= 1,

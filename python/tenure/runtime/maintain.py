@@ -22,10 +22,11 @@ the catch-up policy ``'all'`` the slots missed meanwhile are created then.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import ModuleType, TracebackType
@@ -33,11 +34,11 @@ from typing import Any, Self
 
 import psycopg
 
-from tenure.connect import Deadlines, connect
-from tenure.driver import PRUNE_HISTORIES, Driver, ScheduleInfo
+from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
+from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleInfo, ScheduleSlot
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.metrics import Metrics
-from tenure.runtime.heartbeat import Elector
+from tenure.runtime.heartbeat import AsyncElector, Elector
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,12 @@ class MaintainerStats:
 # -- the runtime ----------------------------------------------------------------------------
 
 
-class Maintainer:
-    """Ticks schedules and runs retention while elected; use as a context manager.
+class MaintainLogic:
+    """What a maintainer decides, on threads (:class:`Maintainer`) or on asyncio
+    (:class:`AsyncMaintainer`): its settings, its election, and each job as a series of
+    operations, every one run under what is left of the safe window."""
 
-    ``interval`` and ``timeout`` are the election's I and T (T > 2I). Leaving the
-    ``with`` block stops both jobs, then resigns, so a standby takes over at once.
-    """
+    elector: Elector | AsyncElector
 
     def __init__(
         self,
@@ -110,8 +111,9 @@ class Maintainer:
         name: str | None = None,
         utype: str = MAINTAIN_TYPE,
         metrics: Metrics | None = None,
-        on_elected: Callable[[int], None] | None = None,
-        on_demoted: Callable[[str], None] | None = None,
+        on_elected: Callable[[int], object] | None = None,
+        on_demoted: Callable[[str], object] | None = None,
+        elector: type[Elector] | type[AsyncElector] = Elector,
     ) -> None:
         if not tick_every > 0 or not retention_every > 0:
             raise InvalidConfiguration(
@@ -122,7 +124,7 @@ class Maintainer:
         self.retention_every = retention_every
         self.retention = retention or Retention()
         self.metrics = metrics or Metrics()
-        self.elector = Elector(
+        self.elector = elector(
             conninfo,
             utype,
             interval=interval,
@@ -137,28 +139,106 @@ class Maintainer:
         self.stats = MaintainerStats()
         self.prunable: list[str] | None = None  # detected once, at the first retention run
         self._lock = threading.Lock()  # guards stats
-        self._stopping = threading.Event()
         self._stopped = False
-        self._threads: list[threading.Thread] = []
-        self._deadlines = Deadlines(f"maintain {self.name}")
 
     # -- what the application asks ---------------------------------------------------------
 
     def is_primary(self) -> bool:
         return self.elector.is_primary()
 
-    def wait_until_primary(self, timeout: float | None = None) -> bool:
-        return self.elector.wait_until_primary(timeout)
-
     def snapshot(self) -> MaintainerStats:
         with self._lock:
             return replace(self.stats, pruned=dict(self.stats.pruned))
 
-    # -- life cycle --------------------------------------------------------------------------
+    # -- the jobs, written once ------------------------------------------------------------
+
+    def _jobs(self) -> tuple[tuple[str, float], ...]:
+        return (("tick", self.tick_every), ("retention", self.retention_every))
+
+    def _connection_name(self, job: str) -> str:
+        return f"tenure maintain {job} {self.name}"
+
+    def _steps(self, job: str) -> Steps:
+        """The job as operations: the shell runs each one bounded by what is left of the safe
+        window, sends its result back, and stops at once when no longer primary."""
+        return self._tick() if job == "tick" else self._retain()
+
+    def _tick(self) -> Steps:
+        created: list[ScheduleSlot] = yield OPS.schedule_tick()
+        self.metrics.schedule_ticks.inc()
+        for slot in created:
+            self.metrics.schedule_tasks.labels(slot.name).inc()
+            log.info("%s: schedule %s slot %s -> task %s", self.name, slot.name, slot.slot, slot.task_id)
+        with self._lock:
+            self.stats.ticks += 1
+            self.stats.tasks_created += len(created)
+
+    def _retain(self) -> Steps:
+        if self.prunable is None:
+            found: list[str] = yield OPS.prunable_histories()
+            for history in PRUNE_HISTORIES:
+                if history not in found:
+                    log.warning(
+                        "%s: no tenure.%s_prune(interval, integer) this role may execute: "
+                        "the %s history is not pruned",
+                        self.name,
+                        history,
+                        history,
+                    )
+            self.prunable = found
+        for history in self.prunable:
+            age = self.retention.age(history)
+            while True:
+                removed: int = yield OPS.prune(history, older_than=age, limit=self.retention.limit)
+                if removed:
+                    self.metrics.rows_pruned.labels(history).inc(removed)
+                with self._lock:
+                    self.stats.pruned[history] = self.stats.pruned.get(history, 0) + removed
+                if removed < self.retention.limit:
+                    break
+        with self._lock:
+            self.stats.retention_runs += 1
+
+    def _left(self) -> float | None:
+        """Seconds left of the safe window for the next call, None when not primary."""
+        left = self.elector.remaining()
+        return None if left <= 0 or self._stopped else left
+
+    def _failed(self, job: str, error: Exception) -> None:
+        if isinstance(error, psycopg.Error):
+            log.warning("%s: %s failed: %s", self.name, job, error)
+        else:
+            log.error("%s: %s failed", self.name, job, exc_info=error)
+        self.metrics.maintain_failures.labels(job).inc()
+        with self._lock:
+            self.stats.failures += 1
+
+
+# A job: a generator of operations that receives each one's result.
+Steps = Generator[Op[Any], Any, None]
+
+
+class Maintainer(MaintainLogic):
+    """Ticks schedules and runs retention while elected; use as a context manager.
+
+    ``interval`` and ``timeout`` are the election's I and T (T > 2I). Leaving the
+    ``with`` block stops both jobs, then resigns, so a standby takes over at once.
+    """
+
+    elector: Elector
+
+    def __init__(self, conninfo: str, **options: Any) -> None:
+        super().__init__(conninfo, **options, elector=Elector)
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._deadlines = Deadlines(f"maintain {self.name}")
+
+    def wait_until_primary(self, timeout: float | None = None) -> bool:
+        return self.elector.wait_until_primary(timeout)
 
     def start(self) -> Self:
         self.elector.start()
-        for job, every in (("tick", self.tick_every), ("retention", self.retention_every)):
+        for job, every in self._jobs():
             thread = threading.Thread(
                 target=self._run, args=(job, every), name=f"tenure-maintain-{job}-{self.name}", daemon=True
             )
@@ -188,8 +268,6 @@ class Maintainer:
     ) -> None:
         self.stop()
 
-    # -- the jobs ------------------------------------------------------------------------------
-
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None
         next_run = time.monotonic()
@@ -209,87 +287,117 @@ class Maintainer:
                             connection.close()
                         connection = connect(
                             self.conninfo,
-                            application_name=f"tenure maintain {job} {self.name}",
+                            application_name=self._connection_name(job),
                             deadline=self.elector.timing.safe_window,
                         )
-                    if job == "tick":
-                        self._tick(connection)
-                    else:
-                        self._retain(connection)
-                except psycopg.Error as error:
-                    log.warning("%s: %s failed: %s", self.name, job, error)
-                    self._failed(job)
-                    if connection is not None:
+                    self._run_steps(connection, self._steps(job))
+                except Exception as error:
+                    self._failed(job, error)
+                    if isinstance(error, psycopg.Error) and connection is not None:
                         connection.close()
                         connection = None
-                except Exception:
-                    log.exception("%s: %s failed", self.name, job)
-                    self._failed(job)
                 next_run = max(next_run + every, time.monotonic())
         finally:
             if connection is not None:
                 connection.close()
 
-    def _bounded(self, connection: psycopg.Connection[Any]) -> Any:
-        """A bound for one call: what is left of the safe window, or None when not primary."""
-        left = self.elector.remaining()
-        if left <= 0 or self._stopping.is_set():
-            return None
-        return self._deadlines.bounded(connection, left)
+    def _run_steps(self, connection: psycopg.Connection[Any], steps: Steps) -> None:
+        result: Any = None
+        while (operation := _next_step(steps, result)) is not None:
+            left = self._left()
+            if left is None:
+                return  # no longer primary: the next run goes on
+            with self._deadlines.bounded(connection, left):
+                result = Driver(connection).run(operation)
 
-    def _tick(self, connection: psycopg.Connection[Any]) -> None:
-        bound = self._bounded(connection)
-        if bound is None:
+
+class AsyncMaintainer(MaintainLogic):
+    """:class:`Maintainer` for asyncio: the same jobs, with an :class:`AsyncElector`, as tasks
+    of the running event loop. Use as ``async with``; leaving the block, or the cancellation
+    of the task in it, stops both jobs and resigns."""
+
+    elector: AsyncElector
+
+    def __init__(self, conninfo: str, **options: Any) -> None:
+        super().__init__(conninfo, **options, elector=AsyncElector)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._deadlines = AsyncDeadlines(f"maintain {self.name}")
+
+    async def wait_until_primary(self, timeout: float | None = None) -> bool:
+        return await self.elector.wait_until_primary(timeout)
+
+    async def start(self) -> Self:
+        await self.elector.start()
+        for job, every in self._jobs():
+            self._tasks.append(asyncio.create_task(self._run(job, every), name=f"tenure-maintain-{job}"))
+        return self
+
+    async def stop(self, *, grace: float | None = None) -> None:
+        """Stop both jobs (a call in progress is abandoned), then resign."""
+        if self._stopped:
             return
-        with bound:
-            created = Driver(connection).schedule_tick()
-        self.metrics.schedule_ticks.inc()
-        for slot in created:
-            self.metrics.schedule_tasks.labels(slot.name).inc()
-            log.info("%s: schedule %s slot %s -> task %s", self.name, slot.name, slot.slot, slot.task_id)
-        with self._lock:
-            self.stats.ticks += 1
-            self.stats.tasks_created += len(created)
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.elector.stop(resign=True, grace=grace)
 
-    def _retain(self, connection: psycopg.Connection[Any]) -> None:
-        driver = Driver(connection)
-        if self.prunable is None:
-            bound = self._bounded(connection)
-            if bound is None:
-                return
-            with bound:
-                found = driver.prunable_histories()
-            for history in PRUNE_HISTORIES:
-                if history not in found:
-                    log.warning(
-                        "%s: no tenure.%s_prune(interval, integer) this role may execute: "
-                        "the %s history is not pruned",
-                        self.name,
-                        history,
-                        history,
-                    )
-            self.prunable = found
-        for history in self.prunable:
-            age = self.retention.age(history)
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+    async def _run(self, job: str, every: float) -> None:
+        connection: psycopg.AsyncConnection[Any] | None = None
+        next_run = time.monotonic()
+        try:
             while True:
-                bound = self._bounded(connection)
-                if bound is None:
-                    return  # no longer primary: the next run goes on
-                with bound:
-                    removed = driver.prune(history, older_than=age, limit=self.retention.limit)
-                if removed:
-                    self.metrics.rows_pruned.labels(history).inc(removed)
-                with self._lock:
-                    self.stats.pruned[history] = self.stats.pruned.get(history, 0) + removed
-                if removed < self.retention.limit:
-                    break
-        with self._lock:
-            self.stats.retention_runs += 1
+                if self.elector.remaining() <= 0:
+                    await self.elector.wait_until_primary(timeout=min(every, 0.5))
+                    next_run = min(next_run, time.monotonic())
+                    continue
+                if time.monotonic() < next_run:
+                    await asyncio.sleep(min(next_run - time.monotonic(), 0.5))
+                    continue
+                try:
+                    if connection is None or connection.closed or connection.broken:
+                        if connection is not None:
+                            await connection.close()
+                        connection = await aconnect(
+                            self.conninfo,
+                            application_name=self._connection_name(job),
+                            deadline=self.elector.timing.safe_window,
+                        )
+                    await self._run_steps(connection, self._steps(job))
+                except Exception as error:
+                    self._failed(job, error)
+                    if isinstance(error, psycopg.Error) and connection is not None:
+                        await connection.close()
+                        connection = None
+                next_run = max(next_run + every, time.monotonic())
+        finally:
+            if connection is not None:
+                await connection.close()
 
-    def _failed(self, job: str) -> None:
-        self.metrics.maintain_failures.labels(job).inc()
-        with self._lock:
-            self.stats.failures += 1
+    async def _run_steps(self, connection: psycopg.AsyncConnection[Any], steps: Steps) -> None:
+        result: Any = None
+        while (operation := _next_step(steps, result)) is not None:
+            left = self._left()
+            if left is None:
+                return  # no longer primary: the next run goes on
+            with self._deadlines.bounded(connection, left):
+                result = await AsyncDriver(connection).run(operation)
+
+
+def _next_step(steps: Steps, result: Any) -> Op[Any] | None:
+    try:
+        return steps.send(result)
+    except StopIteration:
+        return None
 
 
 # -- schedules declared in Python -------------------------------------------------------------
