@@ -49,7 +49,7 @@ from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
 from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
-from tenure.runtime.loop import AsyncCondition
+from tenure.runtime.loop import AsyncCondition, AsyncRuntime
 
 log = logging.getLogger(__name__)
 
@@ -664,7 +664,7 @@ class SubmissionPool(Submissions):
         )
 
 
-class AsyncSubmissionPool(Submissions):
+class AsyncSubmissionPool(Submissions, AsyncRuntime):
     """:class:`SubmissionPool` for asyncio: the same submitters and monitor as tasks of the
     running event loop, with the same order, checks and resolution, and no thread.
 
@@ -755,15 +755,6 @@ class AsyncSubmissionPool(Submissions):
         self._tasks.clear()
         await self.claimer.stop()
         await self.pool.close()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        # Shielded: a second cancellation of the enclosing task does not cut the stop short.
-        await asyncio.shield(self.stop())
 
     async def _submitter(self) -> None:
         while not self._stopping:

@@ -344,6 +344,26 @@ class GrantLoop(GrantLogic, CycleLoop):
             return True
 
 
+class AsyncRuntime:
+    """An async runtime as an ``async with`` block: entering starts it; leaving, or the
+    cancellation of the task in it, stops it. The stop is shielded, so a second
+    cancellation of that task does not cut a resignation or a release short."""
+
+    async def start(self) -> Self:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+
 class AsyncCondition:
     """What ``threading.Condition`` is to the threaded loops, for one event loop: a lock
     (held only between awaits, so never contended) and waiters woken by ``notify_all``."""
@@ -371,7 +391,7 @@ class AsyncCondition:
                 await changed.wait()
 
 
-class AsyncCycleLoop(LoopLogic):
+class AsyncCycleLoop(LoopLogic, AsyncRuntime):
     """A :class:`LoopLogic` on two asyncio tasks, the loop and its watchdog: the same
     decisions as :class:`CycleLoop`, without a thread. Use as ``async with``; leaving the
     block, or the cancellation of the task in it, stops it as ``stop()`` does.
@@ -424,15 +444,6 @@ class AsyncCycleLoop(LoopLogic):
                     break
                 await asyncio.sleep(0.2)
         await self._close()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        # Shielded: a second cancellation of the enclosing task does not cut the resignation short.
-        await asyncio.shield(self.stop())
 
     @contextlib.asynccontextmanager
     async def _while_held(

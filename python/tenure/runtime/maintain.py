@@ -39,6 +39,7 @@ from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, Schedul
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.heartbeat import AsyncElector, Elector
+from tenure.runtime.loop import AsyncRuntime
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +312,7 @@ class Maintainer(MaintainLogic):
                 result = Driver(connection).run(operation)
 
 
-class AsyncMaintainer(MaintainLogic):
+class AsyncMaintainer(MaintainLogic, AsyncRuntime):
     """:class:`Maintainer` for asyncio: the same jobs, with an :class:`AsyncElector`, as tasks
     of the running event loop. Use as ``async with``; leaving the block, or the cancellation
     of the task in it, stops both jobs and resigns."""
@@ -342,14 +343,6 @@ class AsyncMaintainer(MaintainLogic):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.elector.stop(resign=True, grace=grace)
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.shield(self.stop())
 
     async def _run(self, job: str, every: float) -> None:
         connection: psycopg.AsyncConnection[Any] | None = None

@@ -71,6 +71,7 @@ from tenure.connect import (
 from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
+from tenure.runtime.loop import AsyncRuntime
 
 log = logging.getLogger(__name__)
 
@@ -876,7 +877,7 @@ class TaskWorker(TaskLogic):
                 writes(connection)
 
 
-class AsyncTaskWorker(TaskLogic):
+class AsyncTaskWorker(TaskLogic, AsyncRuntime):
     """:class:`TaskWorker` for asyncio: the same worker as tasks of the running event loop,
     without a thread.
 
@@ -1011,15 +1012,6 @@ class AsyncTaskWorker(TaskLogic):
         await asyncio.gather(*rest, return_exceptions=True)
         self._loops.clear()
         await self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
-
-    async def __aenter__(self) -> AsyncTaskWorker:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        # Shielded: a second cancellation of the enclosing task does not cut the release short.
-        await asyncio.shield(self.stop())
 
     def _wake_dispatcher(self) -> None:
         self._wake.set()
