@@ -145,7 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after --exec is the supervised command, options included: argparse would
+    # take them for its own (and drops the "--" that usually separates them).
+    command = None
+    if "--exec" in words:
+        at = words.index("--exec")
+        words, command = [*words[: at + 1]], words[at + 1 :]
+    args = build_parser().parse_args(words)
+    if command is not None:
+        args.exec = command
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -67,3 +67,25 @@ def metrics_server(address: tuple[str, int] | None, metrics: Metrics) -> Iterato
     with MetricsServer(metrics, host=host, port=port) as server:
         say(f"serving {server.url}")
         yield
+
+
+def exec_options(parser: argparse.ArgumentParser, while_: str, default_grace: str) -> None:
+    """--exec CMD..., --kill-grace and --restart: a command supervised ``while_`` a grant is held."""
+    parser.add_argument(
+        "--kill-grace",
+        type=float,
+        help=f"seconds between SIGTERM and SIGKILL when a command must stop ({default_grace})",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="start the command again when it exits by itself (else this instance gives up its grant and "
+        "exits with the command's status)",
+    )
+    parser.add_argument(
+        "--exec",
+        action="store_const",
+        const=[],  # main() puts the words after --exec here
+        help=f"run CMD {while_}, in its own process group, its grant in its environment; it gets SIGTERM "
+        "as soon as the grant ends or its safe window passes, SIGKILL kill-grace later (the last option: --exec -- CMD [ARGS...])",
+    )

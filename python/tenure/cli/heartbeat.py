@@ -7,14 +7,25 @@ import sys
 
 import psycopg
 
-from tenure.cli.common import Command, address, say
+from tenure.cli.common import Command, address, exec_options, say
 from tenure.driver import Driver
 from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.runtime.heartbeat import Elector
 from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
+from tenure.runtime.supervise import (
+    ElectedCommand,
+    Supervisor,
+    check_kill_grace,
+    command_line,
+    run_supervised,
+)
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
+    argv = command_line(args.exec)
+    kill_grace = args.kill_grace if args.kill_grace is not None else args.interval / 2
+    if argv is not None:
+        check_kill_grace(kill_grace, args.interval, margin_name="the heartbeat interval I")
     elector = Elector(
         args.db,
         args.utype,
@@ -28,17 +39,22 @@ def cmd_elect(args: argparse.Namespace) -> int:
         f"instance {elector.instance_id} ({elector.name}) standing for {args.utype}: "
         f"I = {args.interval} s, T = {args.timeout} s"
     )
+    status = 0
     with elector:
         if args.http:
             host, port = args.http
             endpoint = PrimaryEndpoint(elector, host=host, port=port).start()
             say(f"serving {endpoint.url}/primary")
-        wait_for_shutdown()
+        if argv is None:
+            wait_for_shutdown()
+        else:
+            supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"elect {args.utype}")
+            status = run_supervised(ElectedCommand(elector, supervisor, restart=args.restart), say)
         say("shutting down: resigning")
         if args.http:
             endpoint.stop()
     say("resigned")
-    return 0
+    return status
 
 
 def cmd_primary(args: argparse.Namespace) -> int:
@@ -88,6 +104,7 @@ def register(command: Command) -> None:
         type=address,
         help="serve GET /primary, /health/live and /metrics there",
     )
+    exec_options(elect, "while this instance is primary", "I / 2, and below I")
     elect.set_defaults(run=cmd_elect)
 
     primary = command("primary", "print the live primary of a service type (exit 3 when there is none)")

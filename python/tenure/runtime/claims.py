@@ -87,6 +87,12 @@ class ClaimLogic(LoopLogic):
         with self._state:
             return dict(self._held) if time.monotonic() < self._deadline else {}
 
+    def held_until(self) -> tuple[Keys, float]:
+        """``held()`` with the end of its safe window (monotonic)."""
+        with self._state:
+            deadline = self._deadline
+            return (dict(self._held) if time.monotonic() < deadline else {}), deadline
+
     def epoch(self, key: str) -> int | None:
         """The epoch ``key`` is held in, or None when it is not held."""
         return self.held().get(key)

@@ -81,6 +81,12 @@ class LoopLogic:
 
     # -- shared by both shells ------------------------------------------------------------
 
+    def follow(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` at every change of what is held, renewals included (on the thread
+        that made the change, without the runtime's lock): a supervisor that must move its own
+        deadlines with each renewal follows the runtime this way."""
+        self._followers.append(callback)
+
     def _tell_followers(self) -> None:
         """What is held changed (called without _state)."""
         for follow in list(self._followers):
@@ -271,6 +277,12 @@ class GrantLogic(LoopLogic):
     def _current(self) -> int | None:
         with self._state:
             return self._grant if time.monotonic() < self._deadline else None
+
+    def grant_until(self) -> tuple[int, float] | None:
+        """The grant with the end of its safe window (monotonic), or None when none is held."""
+        with self._state:
+            grant = self._grant
+            return (grant, self._deadline) if grant is not None and self._granted() else None
 
     def remaining(self) -> float:
         """Seconds left of the safe window of the grant (0 without one)."""
