@@ -6,16 +6,23 @@ import argparse
 
 import psycopg
 
-from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.cli.common import Command, address, exec_options, metrics_server, say, subcommands
 from tenure.driver import Driver
 from tenure.runtime.claims import Claimer
 from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.supervise import (
+    ClaimedCommands,
+    Supervisor,
+    check_kill_grace,
+    command_line,
+    run_supervised,
+)
 
 EXAMPLES = {
     "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
     "retire": "example: tenure claim retire --keyspace services service-3",
     "list": "example: tenure claim list --keyspace services --instances",
-    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --exec -- ./serve-key.sh",
 }
 
 
@@ -42,6 +49,10 @@ def cmd_claim(args: argparse.Namespace) -> int:
 
 
 def cmd_claim_run(args: argparse.Namespace) -> int:
+    argv = command_line(args.exec)
+    kill_grace = args.kill_grace if args.kill_grace is not None else args.cycle / 2
+    if argv is not None:
+        check_kill_grace(kill_grace, args.cycle, margin_name="the cycle")
     claimer = Claimer(
         args.db,
         args.keyspace,
@@ -55,11 +66,16 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
+    status = 0
     with claimer, metrics_server(args.metrics, claimer.metrics):
-        wait_for_shutdown()
+        if argv is None:
+            wait_for_shutdown()
+        else:
+            supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"claim {args.keyspace}")
+            status = run_supervised(ClaimedCommands(claimer, supervisor, restart=args.restart), say)
         say("shutting down: releasing every claim")
     say("released")
-    return 0
+    return status
 
 
 def register(command: Command) -> None:
@@ -82,5 +98,8 @@ def register(command: Command) -> None:
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.add_argument(
         "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    exec_options(
+        run, "for each key this instance holds (one process per key)", "cycle / 2, and below the cycle"
     )
     run.set_defaults(run=cmd_claim_run)
