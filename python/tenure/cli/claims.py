@@ -10,13 +10,7 @@ from tenure.cli.common import Command, address, exec_options, metrics_server, sa
 from tenure.driver import Driver
 from tenure.runtime.claims import Claimer
 from tenure.runtime.shutdown import wait_for_shutdown
-from tenure.runtime.supervise import (
-    ClaimedCommands,
-    Supervisor,
-    check_kill_grace,
-    command_line,
-    run_supervised,
-)
+from tenure.runtime.supervise import ClaimedCommands, check_kill_grace, command_line
 
 EXAMPLES = {
     "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
@@ -71,8 +65,15 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         if argv is None:
             wait_for_shutdown()
         else:
-            supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"claim {args.keyspace}")
-            status = run_supervised(ClaimedCommands(claimer, supervisor, restart=args.restart), say)
+            commands = ClaimedCommands(
+                claimer,
+                argv,
+                kill_grace=kill_grace,
+                restart=args.restart,
+                label=f"claim {args.keyspace}",
+                say=say,
+            )
+            status = commands.run()
         say("shutting down: releasing every claim")
     say("released")
     return status
