@@ -263,3 +263,76 @@ def test_the_cli_exits_with_the_commands_status(app_conninfo: str, tmp_path: Pat
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert refused.returncode == 2 and "--kill-grace must be above 0 and below" in refused.stderr
+
+
+# A child that logs its start and its SIGTERM with the system-wide monotonic clock.
+TIMED_CHILD = """
+import os, signal, sys, time
+out = sys.argv[1]
+def log(word):
+    with open(out, "a") as f:
+        f.write(f"{word} {os.getpid()} {time.monotonic()!r}\\n")
+def term(*_):
+    log("term")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+log("start")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def times(out: Path, word: str) -> list[float]:
+    return [float(line.split()[2]) for line in lines(out, word)]
+
+
+@pytest.mark.parametrize("stop_shim", [False, True], ids=["cut-off", "stopped-while-cut-off"])
+def test_a_shim_cut_off_from_the_database_stops_its_command_by_the_end_of_the_safe_window(
+    app_conninfo: str, tmp_path: Path, stop_shim: bool
+) -> None:
+    """The database falls silent (a paused network: statements held, nothing answered). The
+    command must be stopped by the end of the safe window, by the shim's own timer, not by
+    the elector's demotion (which comes when the hung renewal gives up, later); and a shim
+    stopped meanwhile stops its command at once and exits within its bound."""
+    from proxy import PausingProxy
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    I, T, grace = 0.3, 1.2, 0.15
+    script = tmp_path / "child.py"
+    script.write_text(TIMED_CHILD)
+    out = tmp_path / "child.log"
+    out.touch()
+    params = conninfo_to_dict(app_conninfo)
+    tenure = Path(sys.executable).with_name("tenure")
+    with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:
+        via_proxy = make_conninfo(app_conninfo, host="127.0.0.1", port=proxy.port)
+        shim = subprocess.Popen(
+            [str(tenure), "elect", "--db", via_proxy, "--type", "cutoff", "--interval", str(I), "--timeout",
+             str(T), "--kill-grace", str(grace), "--exec", "--", sys.executable, str(script), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: lines(out, "start"), timeout=20)
+            time.sleep(2 * I)  # a few renewals
+            proxy.pause()
+            paused = time.monotonic()
+            if stop_shim:
+                time.sleep(I)
+                shim.send_signal(signal.SIGTERM)
+                signalled = time.monotonic()
+                status = shim.wait(timeout=30)
+                exited = time.monotonic()
+            wait_until(lambda: lines(out, "term"), timeout=20)
+        finally:
+            if shim.poll() is None:
+                shim.kill()
+            output = shim.communicate()[0]
+    stopped = times(out, "term")[0]
+    # The last renewal that succeeded was sent before the pause: its safe window ends by
+    # paused + T - I. The command heard SIGTERM by then (plus scheduling slack).
+    assert stopped <= paused + (T - I) + 0.25, output
+    if stop_shim:
+        assert stopped - signalled < 0.5, output  # the shim stopped its command first, at once
+        assert status == 0, output  # the command's status (it exited 0 on SIGTERM)
+        assert exited - signalled < 2 * (T - I) + 2.0, output  # the resignation is bounded too
+    assert len(lines(out, "start")) == 1
