@@ -25,6 +25,7 @@ from tenure.runtime.supervise import (
     ClaimedCommands,
     ElectedCommand,
     Supervisor,
+    Warden,
     check_kill_grace,
     command_line,
     exit_status,
@@ -105,7 +106,7 @@ def test_a_lost_grant_stops_the_command_at_once_and_sigkill_follows_the_grace(tm
         assert started.done.wait(5)
         ended = time.monotonic()
     assert started.terminated is not None and started.terminated - lost < 0.2
-    assert started.killed and started.status == 128 + signal.SIGKILL
+    assert started.status == 128 + signal.SIGKILL  # from the shim or its warden, both at the same time
     assert 0.4 <= ended - started.terminated < 2.0
     assert lines(out, "term") == []
 
@@ -147,6 +148,7 @@ def test_the_warden_alone_enforces_deadlines_and_stops_everything_when_its_pipe_
     )
     assert warden.stdin is not None
     late = subprocess.Popen(["sleep", "60"], process_group=0)
+    told = subprocess.Popen(["sleep", "60"], process_group=0)  # the shim sent SIGTERM itself
     watched = subprocess.Popen(["sleep", "60"], process_group=0)
     orphan = subprocess.Popen(["sleep", "60"], process_group=0)
     try:
@@ -154,7 +156,9 @@ def test_the_warden_alone_enforces_deadlines_and_stops_everything_when_its_pipe_
         warden.stdin.write(f"watch {late.pid} {deadline!r}\nwatch {watched.pid} {deadline!r}\n".encode())
         later = deadline + 60
         warden.stdin.write(f"watch {watched.pid} {later!r}\nwatch {orphan.pid} {later!r}\n".encode())
+        warden.stdin.write(f"watch {told.pid} {deadline!r}\nterm {told.pid} {deadline!r}\n".encode())
         warden.stdin.flush()
+        assert told.wait(5) == -signal.SIGKILL  # no second SIGTERM from the warden
         assert late.wait(5) == -signal.SIGTERM
         assert time.monotonic() >= deadline
         assert watched.poll() is None  # its deadline moved on
@@ -162,10 +166,35 @@ def test_the_warden_alone_enforces_deadlines_and_stops_everything_when_its_pipe_
         assert watched.wait(5) == -signal.SIGTERM and orphan.wait(5) == -signal.SIGTERM
         assert warden.wait(5) == 0
     finally:
-        for process in (late, watched, orphan, warden):
+        for process in (late, told, watched, orphan, warden):
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_frozen_warden_never_blocks_the_shim_and_is_replaced() -> None:
+    warden = Warden(0.3, label="test")
+    target = subprocess.Popen(["sleep", "60"], process_group=0)
+    try:
+        warden.watch(target.pid, time.monotonic() + 60)
+        frozen = warden.pid
+        assert frozen is not None
+        os.kill(frozen, signal.SIGSTOP)
+        began = time.monotonic()
+        for n in range(5000):  # far more than its pipe holds
+            warden.watch(target.pid, time.monotonic() + 60 + n)
+        assert time.monotonic() - began < 5.0
+        assert warden.pid not in (None, frozen)
+        with pytest.raises(ProcessLookupError):
+            os.kill(frozen, 0)  # killed and reaped
+        # The new warden was told the deadline: it holds it as the old one would have.
+        warden.watch(target.pid, time.monotonic() + 0.3)
+        assert target.wait(5) == -signal.SIGTERM
+    finally:
+        warden.close()
+        if target.poll() is None:
+            target.kill()
+            target.wait()
 
 
 def test_kill_grace_and_command_are_checked() -> None:

@@ -71,53 +71,64 @@ def check_kill_grace(kill_grace: float, margin: float, *, margin_name: str) -> N
 
 
 class Warden:
-    """The shim's side of the warden process: started on first use, restarted if it died."""
+    """The shim's side of the warden process: started on first use, started again if it died
+    or stopped reading. Its pipe is written without blocking, so a warden that is frozen
+    itself can never hold up the shim's own enforcement: it is killed and replaced."""
 
     def __init__(self, kill_grace: float, *, label: str) -> None:
         self.kill_grace = kill_grace
         self.label = label
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
-        self._watched: dict[int, float] = {}
-
-    def _send(self, line: str) -> None:
-        with self._lock:
-            for _ in range(2):
-                process = self._process
-                if process is None or process.poll() is not None:
-                    if process is not None:
-                        log.error(
-                            "%s: the warden exited (%s); starting another", self.label, process.returncode
-                        )
-                    process = self._start()
-                    line = "".join(f"watch {g} {d!r}\n" for g, d in self._watched.items()) + line
-                assert process.stdin is not None
-                try:
-                    process.stdin.write(line.encode())
-                    process.stdin.flush()
-                    return
-                except BrokenPipeError:
-                    self._process = None
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WARDEN), repr(self.kill_grace)],
-            stdin=subprocess.PIPE,
-            start_new_session=True,  # out of reach of signals to the shim's process group
-        )
-        return self._process
+        self._told: dict[int, str] = {}  # pgid -> the last line about it: what a new warden must hear
 
     def watch(self, pgid: int, deadline: float) -> None:
-        self._watched[pgid] = deadline
-        self._send(f"watch {pgid} {deadline!r}\n")
+        self._tell(pgid, f"watch {pgid} {deadline!r}\n")
+
+    def terminated(self, pgid: int, kill_at: float) -> None:
+        """The shim sent the group SIGTERM: the warden sends none, only SIGKILL at ``kill_at``."""
+        self._tell(pgid, f"term {pgid} {kill_at!r}\n")
 
     def forget(self, pgid: int) -> None:
-        if self._watched.pop(pgid, None) is not None:
-            self._send(f"forget {pgid}\n")
+        with self._lock:
+            if self._told.pop(pgid, None) is not None:
+                self._send(f"forget {pgid}\n")
+
+    def _tell(self, pgid: int, line: str) -> None:
+        with self._lock:
+            self._told[pgid] = line
+            self._send(line)
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
+
+    def _send(self, line: str) -> None:
+        """Write ``line``, whole, or replace the warden and tell the new one everything
+        (called with _lock held)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            assert process.stdin is not None
+            data = line.encode()
+            try:
+                if os.write(process.stdin.fileno(), data) == len(data):
+                    return
+            except (BlockingIOError, BrokenPipeError):
+                pass
+            log.error("%s: the warden (pid %d) stopped reading; replacing it", self.label, process.pid)
+            process.kill()
+            process.wait()
+        elif process is not None:
+            log.error("%s: the warden exited (%s); starting another", self.label, process.returncode)
+        process = self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WARDEN), repr(self.kill_grace)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # out of reach of signals to the shim's process group
+        )
+        assert process.stdin is not None
+        os.set_blocking(process.stdin.fileno(), False)
+        everything = "".join(self._told.values())
+        os.write(process.stdin.fileno(), everything.encode())  # a new pipe holds 64 KiB
 
     def close(self) -> None:
         """Close the pipe: the warden stops what it still watches (nothing, after a clean
@@ -277,6 +288,7 @@ class Supervisor:
             self._state.notify_all()
         log.info("%s: stopping pid %d (%s): %s", self.label, child.pid, child.key, reason)
         _signal(child.pid, signal.SIGTERM)
+        self.warden.terminated(child.pid, child.terminated + self.kill_grace)
 
     def wake(self) -> None:
         """Look at every child's grant now."""
