@@ -718,6 +718,11 @@ class Operations:
         return rows[0] if rows else None
 
     @operation
+    def tasks_by_id(self, ids: Sequence[UUID]) -> Op[list[TaskRow]]:
+        """The rows of ``tenure.tasks`` with these ids, in no order (unknown ids have none)."""
+        return (yield from _rows(TaskRow, "SELECT * FROM tenure.tasks WHERE id = ANY(%s)", (list(ids),)))
+
+    @operation
     def task_status(self) -> Op[list[TaskStatus]]:
         return (
             yield from _rows(TaskStatus, "SELECT * FROM tenure.task_status ORDER BY kind, status, state", ())

@@ -7,15 +7,20 @@ import asyncio
 import dataclasses
 import importlib
 import json
+import shlex
 import signal
 import sys
 import uuid
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any
 
 import psycopg
 
 from tenure.cli.common import Command, address, metrics_server, say, subcommands
 from tenure.driver import Driver, TaskRow
+from tenure.errors import InvalidConfiguration
 from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.supervise import check_kill_grace, command_line
 from tenure.runtime.tasks import AsyncTaskWorker, TaskLogic, TaskWorker
 
 EXAMPLES = {
@@ -26,7 +31,9 @@ EXAMPLES = {
     "eject": "example: tenure task eject 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a --lease 30",
     "requeue": "example: tenure task requeue 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
     "purge": "example: tenure task purge --older-than 604800 --include-dead",
-    "worker": "example: tenure task worker --module myapp.tasks --concurrency 8 --lease 30",
+    "worker": "examples: tenure task worker --module myapp.tasks --concurrency 8 --lease 30\n"
+    "          tenure task worker --kind email --kind sms --exec -- ./handle-task\n"
+    "          tenure task worker --kind email --http http://127.0.0.1:8080/tasks",
 }
 
 
@@ -95,6 +102,14 @@ def cmd_task(args: argparse.Namespace) -> int:
 
 
 def cmd_task_worker(args: argparse.Namespace) -> int:
+    if args.module is None:
+        return _shim_worker(args)
+    if args.kinds:
+        raise InvalidConfiguration(
+            "--kind is for --exec and --http: with --module, the kinds are the keys of its PROCESSORS"
+        )
+    if args.kill_grace is not None:
+        raise InvalidConfiguration("--kill-grace is for --exec")
     module = importlib.import_module(args.module)
     processors = getattr(module, "PROCESSORS", None)
     if not isinstance(processors, dict) or not processors:
@@ -103,14 +118,7 @@ def cmd_task_worker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    options = {
-        "concurrency": args.concurrency,
-        "lease": args.lease,
-        "poll_interval": args.poll_interval,
-        "listen": not args.no_listen,
-        "shutdown_grace": args.grace,
-        "name": args.name,
-    }
+    options = _worker_options(args)
     if args.use_async:
         # The module's ASYNC_PROCESSORS (coroutine functions), or its PROCESSORS if it has none.
         asynchronous = AsyncTaskWorker(args.db, getattr(module, "ASYNC_PROCESSORS", processors), **options)
@@ -122,30 +130,88 @@ def cmd_task_worker(args: argparse.Namespace) -> int:
             _started(worker, args)
             wait_for_shutdown()
             say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
+    _stopped(worker)
+    return 0
+
+
+def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "concurrency": args.concurrency,
+        "lease": args.lease,
+        "poll_interval": args.poll_interval,
+        "listen": not args.no_listen,
+        "shutdown_grace": args.grace,
+        "name": args.name,
+    }
+
+
+def _stopped(worker: TaskLogic) -> None:
     stats = worker.stats
     say(
-        f"stopped: {stats.acquired} acquired, {stats.completed} completed, {stats.failed} failed, "
+        f"stopped: {stats.acquired} acquired, {stats.completed} completed, {stats.released} released, "
+        f"{stats.failed} failed ({stats.already_recorded} recorded by their handlers), "
         f"{stats.lost} leases lost, {stats.discarded} results discarded"
     )
+
+
+def _shim_worker(args: argparse.Namespace) -> int:
+    """``--exec`` (a command per task, on threads) or ``--http`` (a handler, under asyncio)."""
+    from tenure.runtime.task_commands import TaskCommand, TaskHandler
+
+    if not args.kinds:
+        raise InvalidConfiguration(
+            f"{'--exec' if args.exec is not None else '--http'} needs the kinds of task to lease: "
+            "--kind K [--kind K2 ...]"
+        )
+    options = _worker_options(args)
+    if args.http is not None:
+        if args.kill_grace is not None:
+            raise InvalidConfiguration("--kill-grace is for --exec: with --http, the request is cut at once")
+        handler = TaskHandler(args.http, concurrency=args.concurrency)
+        asynchronous = AsyncTaskWorker(args.db, dict.fromkeys(args.kinds, handler), **options)
+        asyncio.run(_run_async(asynchronous, args, handler))
+        _stopped(asynchronous)
+        return 0
+    if args.use_async:
+        raise InvalidConfiguration("--exec runs on threads: leave out --async")
+    argv = command_line(args.exec)
+    assert argv is not None
+    kill_grace = args.kill_grace if args.kill_grace is not None else args.lease / 6
+    check_kill_grace(kill_grace, args.lease / 3, margin_name="a third of the lease")
+    with TaskCommand(argv, kill_grace=kill_grace) as command:
+        worker = TaskWorker(args.db, dict.fromkeys(args.kinds, command), **options)
+        command.attach(worker)
+        with worker, metrics_server(args.metrics, worker.metrics):
+            _started(worker, args)
+            wait_for_shutdown()
+            say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
+    _stopped(worker)
     return 0
 
 
 def _started(worker: TaskLogic, args: argparse.Namespace) -> None:
+    if args.exec is not None:
+        how = f"; each task runs {shlex.join(command_line(args.exec) or [])}"
+    elif args.http is not None:
+        how = f"; each task is POSTed to {args.http}"
+    else:
+        how = "; asyncio" if args.use_async else ""
     say(
         f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
-        f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s"
-        + ("; asyncio" if args.use_async else "")
+        f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s" + how
     )
 
 
-async def _run_async(worker: AsyncTaskWorker, args: argparse.Namespace) -> None:
+async def _run_async(
+    worker: AsyncTaskWorker, args: argparse.Namespace, handler: AbstractAsyncContextManager[Any] | None = None
+) -> None:
     """The async worker on this process's event loop until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     with metrics_server(args.metrics, worker.metrics):
-        async with worker:
+        async with handler if handler is not None else nullcontext(), worker:
             _started(worker, args)
             await stop.wait()
             say(f"shutting down: finishing or releasing {worker.in_flight()} tasks in flight")
@@ -182,8 +248,40 @@ def register(command: Command) -> None:
     purge = task_command("purge", "delete finished tasks older than an age")
     purge.add_argument("--older-than", type=float, required=True, help="seconds since they finished")
     purge.add_argument("--include-dead", action="store_true")
-    worker = task_command("worker", "run a task worker for the processors of a Python module")
-    worker.add_argument("--module", required=True, help="importable module with a PROCESSORS dict")
+    worker = task_command(
+        "worker",
+        "run a task worker: the processors of a Python module, a command per task (--exec) or a local "
+        "HTTP handler (--http)",
+    )
+    worker.formatter_class = argparse.RawDescriptionHelpFormatter
+    handled_by = worker.add_mutually_exclusive_group(required=True)
+    handled_by.add_argument("--module", help="importable module with a PROCESSORS dict")
+    handled_by.add_argument(
+        "--http",
+        metavar="URL",
+        help="POST each task as JSON to this local handler (kept-alive connections); the body of its "
+        "answer is the outcome. The request is cut when the lease is lost",
+    )
+    handled_by.add_argument(
+        "--exec",
+        action="store_const",
+        const=[],  # main() puts the words after --exec here
+        help="run CMD for each task, in its own process group, the task as JSON on its stdin and its "
+        "outcome as JSON on its stdout; SIGTERM when the lease is lost, SIGKILL kill-grace later "
+        "(the last option: --exec -- CMD [ARGS...])",
+    )
+    worker.add_argument(
+        "--kind",
+        dest="kinds",
+        action="append",
+        metavar="KIND",
+        help="a kind of task to lease, with --exec or --http (repeat for more)",
+    )
+    worker.add_argument(
+        "--kill-grace",
+        type=float,
+        help="with --exec: seconds between SIGTERM and SIGKILL (lease / 6; below lease / 3)",
+    )
     worker.add_argument("--concurrency", type=int, default=4)
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds (30)")
     worker.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls (1)")

@@ -68,7 +68,7 @@ from tenure.connect import (
     lost_server,
     watch_commits,
 )
-from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled
+from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
 from tenure.runtime.loop import AsyncRuntime
@@ -88,6 +88,8 @@ CHECK_AFTER_IDLE = 1.0
 # past the index entries of the tasks leased before it until VACUUM removes them, so a
 # call that leases many tasks costs far less per task than many calls that lease few.
 LINGER = 0.002
+# How long looking up the rows of refused tasks may take (seconds): past it, they count as lost.
+LOOK_UP_FOR = 2.0
 
 
 MAX_DELAY = 100 * 365.25 * 86400  # seconds: the database refuses delays past 100 years
@@ -168,6 +170,9 @@ class Task:
     owner: uuid.UUID
     lost: threading.Event = field(default_factory=threading.Event)
     valid_until: float = 0.0  # monotonic: sent time of the last successful lease grant + safe window
+    # What the processor (or a handler it runs) recorded itself in this epoch, found when an
+    # extension was refused: counted once the processor ends. See TaskLogic._settle_refused.
+    recorded: Outcome | None = None
 
     def is_lost(self) -> bool:
         return self.lost.is_set() or time.monotonic() >= self.valid_until
@@ -182,6 +187,9 @@ class WorkerStats:
     routed: int = 0
     lost: int = 0
     discarded: int = 0
+    # Of the completed, released and failed: those the processor recorded itself, in its
+    # own transaction, before the worker reported (or extended) them.
+    already_recorded: int = 0
 
 
 class TaskLogic:
@@ -243,6 +251,17 @@ class TaskLogic:
         self._stop_requested = False  # no more new tasks
         self._closed = False  # no more leases kept either
         self._metric_children: dict[tuple[int, str], Any] = {}
+        self._followers: list[Callable[[], None]] = []
+
+    def follow(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever a lease was extended or lost (on the thread that found
+        out, without the worker's lock): a supervisor of processes run for tasks moves its
+        deadlines, or stops a process, at once."""
+        self._followers.append(callback)
+
+    def _tell_followers(self) -> None:
+        for follow in list(self._followers):
+            follow()
 
     def _check_processor(self, key: str | tuple[str, str], processor: Any) -> None:
         """Refuse a processor this shell cannot run (the async worker takes coroutines only)."""
@@ -313,6 +332,8 @@ class TaskLogic:
         """Of ``finished``, those still held; the others are discarded."""
         reported = []
         for task, outcome in finished:
+            if self._settled(task):
+                continue
             if task.is_lost():
                 self._discard(task, "the lease was lost before the outcome was recorded")
                 self._finish(task)
@@ -343,15 +364,19 @@ class TaskLogic:
         for task, _ in reported:
             self._finish(task)
 
-    def _reported(self, reported: list[tuple[Task, Outcome]], rows: list[TaskCycled]) -> None:
-        """The outcomes' results are counted and their tasks let go."""
+    def _reported(
+        self, reported: list[tuple[Task, Outcome]], rows: list[TaskCycled]
+    ) -> list[tuple[Task, str]]:
+        """The applied outcomes are counted and their tasks let go; the refused ones (and why)
+        are returned, for the shell to look them up and :meth:`_settle_refused` them."""
+        refused = []
         for (task, outcome), row in zip(reported, rows, strict=False):
             if row.refused is None:
                 self._count(task, outcome)
+                self._finish(task)
             else:
-                self._lose(task, row.refused)
-                self._discard(task, "the database refused the outcome")
-            self._finish(task)
+                refused.append((task, row.refused))
+        return refused
 
     def _leased(self, rows: list[TaskCycled], limit: int, sent: float) -> list[Task]:
         """The tasks the round trip leased, now in flight, for the processors to run."""
@@ -392,6 +417,8 @@ class TaskLogic:
         """The tasks whose leases to extend; those past their safe window are lost."""
         held = []
         for task in self._held():
+            if task.recorded is not None:
+                continue  # finished in our epoch already: nothing to extend
             if task.is_lost():
                 self._lose(task, "no lease extension within the safe window")
             else:
@@ -404,7 +431,10 @@ class TaskLogic:
             self.instance_id, lease=self.lease, limit=0, kinds=self.kinds, outcomes=extensions
         )
 
-    def _extended(self, held: list[Task], rows: list[TaskCycled], sent: float) -> None:
+    def _extended(self, held: list[Task], rows: list[TaskCycled], sent: float) -> list[tuple[Task, str]]:
+        """The extensions' results: the refused ones (and why), for the shell to look them up
+        and :meth:`_settle_refused` them, except those whose outcome is being recorded."""
+        refused = []
         for task, row in zip(held, rows, strict=False):
             if row.refused is None:
                 task.valid_until = sent + self.safe_window
@@ -412,12 +442,14 @@ class TaskLogic:
             with self._lock:
                 recording = task.id in self._recording
             if not recording:
-                self._lose(task, row.refused)
+                refused.append((task, row.refused))
+        self._tell_followers()
+        return refused
 
     def _lose(self, task: Task, reason: str) -> None:
         with self._lock:
-            if task.id not in self._in_flight:
-                return  # it finished while the extender was at it
+            if task.id not in self._in_flight or task.recorded is not None:
+                return  # it finished while the extender was at it, or its processor finished it
         if not task.lost.is_set():
             task.lost.set()
             self._interrupt(task)
@@ -427,6 +459,7 @@ class TaskLogic:
             log.warning(
                 "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
             )
+            self._tell_followers()
 
     def _interrupt(self, task: Task) -> None:
         """The task is lost: stop its processor if this shell can (the async one cancels it)."""
@@ -437,6 +470,8 @@ class TaskLogic:
         now = time.monotonic()
         earliest = now + self.safe_window
         for task in self._held():
+            if task.recorded is not None:
+                continue
             if task.valid_until <= now:
                 self._lose(task, "no lease extension within the safe window")
             elif task.valid_until < earliest:
@@ -454,7 +489,76 @@ class TaskLogic:
         for task in unfinished:
             task.lost.set()
             self._interrupt(task)
+        if unfinished:
+            self._tell_followers()
         return unfinished
+
+    # -- an outcome the processor recorded itself ------------------------------------------------
+    #
+    # A processor (or a handler in another language that it runs) may fence its writes with
+    # the task's epoch and record the task's transition itself (task_complete, task_release,
+    # task_fail) in the same transaction, so that the step's writes apply exactly once. The
+    # worker's own report, or its next extension, is then refused: when the database refuses
+    # one (rarely), the worker looks at the task's row, and a task that nobody owns in the
+    # worker's epoch was finished by that epoch's holder, that is, by its processor: it is
+    # counted as recorded, never as a lost lease.
+
+    def _lookup_op(self, tasks: list[Task]) -> Op[list[TaskRow]]:
+        return OPS.tasks_by_id([task.id for task in tasks])
+
+    @staticmethod
+    def _recorded_in_epoch(task: Task, row: TaskRow | None) -> Outcome | None:
+        """What the task's ``row`` says was recorded in ``task``'s epoch, or None when the
+        lease was lost (the task is another epoch's, or ours still, or gone)."""
+        if row is None or row.owner is not None or row.epoch != task.epoch:
+            return None
+        if row.status == "done":
+            return Complete(state=row.state)
+        if row.status == "dead" or row.attempts > task.attempts:
+            return Fail(row.last_error or "failed")
+        return Release()
+
+    def _settle_refused(
+        self, refused: list[tuple[Task, str]], rows: list[TaskRow] | None, *, reported: bool
+    ) -> None:
+        """Outcomes (``reported``) or extensions the database refused, with the rows of their
+        tasks (None: they could not be read). A task its processor finished in our epoch is
+        counted: at once for an outcome; for an extension, when its processor ends, which
+        is given one more safe window to do so (nothing is extended any more, and whatever it
+        writes after its own transition is refused by the fence). The others were lost."""
+        found = {row.id: row for row in rows or ()}
+        for task, reason in refused:
+            recorded = self._recorded_in_epoch(task, found.get(task.id))
+            if recorded is None:
+                self._lose(task, reason)
+                if reported:
+                    self._discard(task, "the database refused the outcome")
+                    self._finish(task)
+                continue
+            log.info(
+                "%s: task %s was finished in epoch %d by its processor itself: %s",
+                self.name,
+                task.id,
+                task.epoch,
+                type(recorded).__name__.lower(),
+            )
+            task.recorded = recorded
+            if reported:
+                self._settled(task)
+            else:
+                task.valid_until = max(task.valid_until, time.monotonic() + self.safe_window)
+        if not reported:
+            self._tell_followers()
+
+    def _settled(self, task: Task) -> bool:
+        """If the task's processor recorded its outcome itself, count that and let it go."""
+        if task.recorded is None:
+            return False
+        with self._lock:
+            self.stats.already_recorded += 1
+        self._count(task, task.recorded)
+        self._finish(task)
+        return True
 
     # -- running processors --------------------------------------------------------------------
 
@@ -513,6 +617,8 @@ class TaskLogic:
 
     def _abandoned(self, task: Task) -> None:
         """The task was lost before its outcome was recorded."""
+        if self._settled(task):
+            return
         self._discard(task, "the lease was lost before the outcome was recorded")
         self._finish(task)
 
@@ -557,7 +663,7 @@ class TaskLogic:
 
     def _start_recording(self, task: Task) -> bool:
         """Before an outcome with writes (or a Next) is recorded: False when the lease is lost."""
-        if task.is_lost():
+        if task.is_lost() or task.recorded is not None:
             self._abandoned(task)
             return False
         with self._lock:
@@ -593,12 +699,11 @@ class TaskLogic:
         self._count(task, outcome)
         return False
 
-    def _not_recorded(self, task: Task, error: Exception) -> None:
-        """Recording the outcome failed with ``error``: the task is let go (or fails)."""
+    def _not_recorded(self, task: Task, error: Exception, rows: list[TaskRow] | None = None) -> None:
+        """Recording the outcome failed with ``error`` (for a LeaseLost, ``rows`` has the
+        task's row): the task is let go (or fails)."""
         if isinstance(error, LeaseLost):
-            self._lose(task, error.detail or error.message)
-            self._discard(task, "the database refused the outcome")
-            self._finish(task)
+            self._settle_refused([(task, error.detail or error.message)], rows, reported=True)
         elif isinstance(error, psycopg.Error | TenureError):
             log.warning("%s: recording the outcome of task %s failed: %s", self.name, task.id, error)
             self._finish(task)  # its fate is unknown (or the database refused it): the lease tells
@@ -790,8 +895,19 @@ class TaskWorker(TaskLogic):
             raise
         finally:
             self._reported_elsewhere(reported)
-        self._reported(reported, rows)
+        refused = self._reported(reported, rows)
+        if refused:
+            self._settle_refused(refused, self._look_up([task for task, _ in refused]), reported=True)
         return rows
+
+    def _look_up(self, tasks: list[Task]) -> list[TaskRow] | None:
+        """The rows of ``tasks``, whose outcomes or extensions were refused; None when the
+        database cannot tell now (they count as lost)."""
+        try:
+            return self._run_op(lambda: self._lookup_op(tasks), until=time.monotonic() + LOOK_UP_FOR)
+        except psycopg.Error as error:
+            log.warning("%s: could not look up %d refused tasks: %s", self.name, len(tasks), error)
+            return None
 
     def _listen(self) -> None:
         """Wake the dispatcher when a task of our kinds becomes due (or LISTEN reconnected)."""
@@ -825,7 +941,9 @@ class TaskWorker(TaskLogic):
             except psycopg.Error as error:
                 log.warning("%s: extending %d leases failed: %s", self.name, len(held), error)
                 continue
-            self._extended(held, rows, sent)
+            refused = self._extended(held, rows, sent)
+            if refused:
+                self._settle_refused(refused, self._look_up([task for task, _ in refused]), reported=False)
 
     # -- running processors ------------------------------------------------------------
 
@@ -864,7 +982,7 @@ class TaskWorker(TaskLogic):
         finally:
             self._stop_recording(task)
         if failed is not None:
-            self._not_recorded(task, failed)
+            self._not_recorded(task, failed, self._look_up([task]) if isinstance(failed, LeaseLost) else None)
             return False
         return self._recorded(task, outcome)
 
@@ -1073,8 +1191,18 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             raise
         finally:
             self._reported_elsewhere(reported)
-        self._reported(reported, rows)
+        refused = self._reported(reported, rows)
+        if refused:
+            self._settle_refused(refused, await self._look_up([task for task, _ in refused]), reported=True)
         return rows
+
+    async def _look_up(self, tasks: list[Task]) -> list[TaskRow] | None:
+        """:meth:`TaskWorker._look_up` on the event loop."""
+        try:
+            return await self._run_op(lambda: self._lookup_op(tasks), until=time.monotonic() + LOOK_UP_FOR)
+        except psycopg.Error as error:
+            log.warning("%s: could not look up %d refused tasks: %s", self.name, len(tasks), error)
+            return None
 
     async def _listen(self) -> None:
         """Wake the dispatcher when a task of our kinds becomes due (or LISTEN reconnected),
@@ -1105,7 +1233,10 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             except psycopg.Error as error:
                 log.warning("%s: extending %d leases failed: %s", self.name, len(held), error)
                 continue
-            self._extended(held, rows, sent)
+            refused = self._extended(held, rows, sent)
+            if refused:
+                rows_found = await self._look_up([task for task, _ in refused])
+                self._settle_refused(refused, rows_found, reported=False)
 
     def _interrupt(self, task: Task) -> None:
         runner = self._processing.get(task.id)
@@ -1164,7 +1295,8 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         finally:
             self._stop_recording(task)
         if failed is not None:
-            self._not_recorded(task, failed)
+            rows = await self._look_up([task]) if isinstance(failed, LeaseLost) else None
+            self._not_recorded(task, failed, rows)
             return False
         return self._recorded(task, outcome)
 
