@@ -10,7 +10,10 @@
 4. Tasks completed per second with 1, 4, 8 workers on a backlog of 100,000 and of
    1,000,000 tasks: real ``tenure task worker`` processes running a no-op processor
    (:mod:`tenure.bench.app`), and the same SQL calls driven by pgbench, against pgbench
-   running the bare SKIP LOCKED claim and complete on a plain table with the same backlog.
+   running the bare SKIP LOCKED claim and complete on a plain table with the same backlog;
+   then one worker process with no-op handlers in any language, a command per task
+   (``--exec``) and a local HTTP handler (``--http``, :mod:`tenure.bench.shim_handler`),
+   against the Python worker (``--module``) in the same run.
 5. Tasks enqueued per second, one per call and in batches, against a one-row INSERT.
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
    a bare NOTIFY reaching a listener (on) and against the poll interval (off).
@@ -48,7 +51,7 @@ from tenure.bench.heartbeat import heartbeat_throughput, takeover
 from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
-from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, task_throughput, wake_latency
+from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, shim_throughput, task_throughput, wake_latency
 
 SECTIONS = (
     "heartbeat",
@@ -117,6 +120,14 @@ def run_bench(
                     seconds=task_seconds,
                     workdir=workdir,
                 )
+            shim_throughput(
+                admin,
+                admin_conninfo,
+                backlog=max(backlogs),
+                concurrency=task_concurrency,
+                seconds=task_seconds,
+                workdir=workdir,
+            )
         if "enqueue" in sections:
             enqueue_rates(
                 admin,

@@ -1,7 +1,8 @@
 """Tasks: completions per second by real worker processes (the threaded TaskWorker and the
 AsyncTaskWorker, ``tenure task worker --async``) and through SQL alone, against
-the bare SKIP LOCKED claim and complete on a plain table; enqueues per second against a
-one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY.
+the bare SKIP LOCKED claim and complete on a plain table; the same through a handler in
+any language (``--exec``, ``--http``) against the Python worker; enqueues per second
+against a one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from tenure.driver import Driver
 from tenure.testing.database import server_now
 
 TASK_KIND = "bench"  # the kind tenure.bench.app processes
+PYTHON_WORKER = ("--module", "tenure.bench.app")  # how a task worker handles its tasks by default
 
 
 OWNER = "md5(:client_id::text)::uuid"  # one instance id per pgbench client
@@ -141,15 +143,23 @@ def wait_started(process: subprocess.Popen[bytes], log_path: Path, *, wait: floa
 
 @contextmanager
 def task_workers(
-    conninfo: str, count: int, *options: str, logs: Path, concurrency: int = 1, asynchronous: bool = False
+    conninfo: str,
+    count: int,
+    *options: str,
+    logs: Path,
+    concurrency: int = 1,
+    asynchronous: bool = False,
+    handled_by: Sequence[str] = PYTHON_WORKER,
 ) -> Iterator[None]:
-    """``count`` real ``tenure task worker`` processes of tenure.bench.app, ``concurrency`` tasks
-    in flight each, started before the body runs and stopped with SIGTERM when it ends, however
-    it ends; with ``asynchronous``, AsyncTaskWorkers (``--async``)."""
+    """``count`` real ``tenure task worker`` processes of tenure.bench.app (or ``handled_by``:
+    ``--exec ...`` or ``--http ...``), ``concurrency`` tasks in flight each, started before the
+    body runs and stopped with SIGTERM when it ends, however it ends; with ``asynchronous``,
+    AsyncTaskWorkers (``--async``)."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
-        *("--module", "tenure.bench.app", "--concurrency", str(concurrency), "--lease", "30", *options),
+        *("--concurrency", str(concurrency), "--lease", "30", *options),
         *(["--async"] if asynchronous else []),
+        *handled_by,  # last: --exec takes the rest of the line
     ]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -173,6 +183,7 @@ def worker_rate(
     seconds: float,
     logs: Path,
     asynchronous: bool = False,
+    handled_by: Sequence[str] = PYTHON_WORKER,
 ) -> float:
     """Tasks the workers finished per second in a window after warm-up, by the server's clock."""
     with task_workers(
@@ -183,6 +194,7 @@ def worker_rate(
         logs=logs,
         concurrency=concurrency,
         asynchronous=asynchronous,
+        handled_by=handled_by,
     ):
         time.sleep(WARM_UP)
         start = server_now(admin)
@@ -271,6 +283,87 @@ def task_throughput(
             f"       {cycle:8.0f} /s   {cycle / bare:.2f}                 {processes:8.0f} /s   "
             f"{processes / bare:.2f}       {async_processes:8.0f} /s   {async_processes / bare:.2f} "
             f"({async_processes / processes if processes else float('nan'):.2f})",
+            flush=True,
+        )
+
+
+@contextmanager
+def noop_http_handler(logs: Path) -> Iterator[str]:
+    """The bench's no-op HTTP task handler (tenure.bench.shim_handler) in a process of its own:
+    its URL while the block runs."""
+    with open(logs, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tenure.bench.shim_handler"], stdout=subprocess.PIPE, stderr=log
+        )
+    try:
+        assert process.stdout is not None
+        port = process.stdout.readline().decode().strip()
+        if not port.isdigit():
+            raise RuntimeError(f"the bench's HTTP task handler did not start; log: {logs}")
+        yield f"http://127.0.0.1:{port}/tasks"
+    finally:
+        stop_processes([(process, logs)])
+
+
+# The no-op command of the --exec row: a process start and its answer, nothing else (a
+# command in an interpreted language adds its interpreter's start-up to each task).
+NOOP_COMMAND = ("/bin/echo", '{"outcome": "complete"}')
+
+
+def shim_throughput(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    backlog: int,
+    concurrency: int,
+    seconds: float,
+    workdir: Path,
+) -> None:
+    """One worker process handling no-op tasks in Python (--module), through a command per
+    task (--exec) and through a local HTTP handler (--http), as ratios to the first, in the
+    same run."""
+    print(
+        f"  tasks completed per second by one worker process with --concurrency {concurrency}, no-op "
+        f"handlers, backlog {backlog:,}, {seconds:.0f} s per run:"
+    )
+    runs: list[tuple[str, Sequence[str] | None]] = [
+        ("--module (Python processor, threaded TaskWorker)", PYTHON_WORKER),
+        (
+            f"--exec {' '.join(NOOP_COMMAND[:1])} (a process per task)",
+            ("--kind", TASK_KIND, "--exec", "--", *NOOP_COMMAND),
+        ),
+        ("--http (asyncio HTTP handler, kept-alive)", None),
+    ]
+    baseline = 0.0
+    for label, handled_by in runs:
+        fill(admin, "tenure.task", backlog)
+        logs = workdir / f"shim-{label.split()[0].strip('-')}"
+        if handled_by is None:
+            with noop_http_handler(workdir / "shim-http-handler.log") as url:
+                rate = worker_rate(
+                    admin,
+                    conninfo,
+                    workers=1,
+                    concurrency=concurrency,
+                    seconds=seconds,
+                    logs=logs,
+                    handled_by=("--kind", TASK_KIND, "--http", url),
+                )
+        else:
+            rate = worker_rate(
+                admin,
+                conninfo,
+                workers=1,
+                concurrency=concurrency,
+                seconds=seconds,
+                logs=logs,
+                handled_by=handled_by,
+            )
+        if not scalar(admin, f"SELECT EXISTS (SELECT FROM tenure.task WHERE {UNDONE['tenure.task']})"):
+            print(f"    ({label}: the backlog ran out, so the figure is void: raise --backlogs)")
+        baseline = baseline or rate
+        print(
+            f"    {label:<56} {rate:8.0f} /s   {rate / baseline if baseline else float('nan'):.2f}",
             flush=True,
         )
 
