@@ -382,6 +382,35 @@ def test_exec_process_group_is_killed_when_the_lease_is_lost(
     assert any("lost the lease of task" in r.message for r in caplog.records)
 
 
+def test_exec_process_group_is_killed_when_the_safe_window_passes_without_an_extension(
+    handler: Path, app_conninfo: str, admin_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The extensions hang on a row lock: the database has not refused anything, and the
+    shim still stops the group by the end of the safe window, before the lease can run out."""
+    pids_file = tmp_path / "pids"
+    task_id = enqueue(admin, {"do": "hang", "pids": str(pids_file)})
+    with exec_worker(app_conninfo, handler, lease=3.0) as worker, psycopg.connect(admin_conninfo) as blocker:
+        pids = [
+            int(p)
+            for p in wait_for(lambda: pids_file.exists() and pids_file.read_text(), what="start").split()
+        ]
+        blocker.execute("SELECT FROM tenure.task WHERE id = %s FOR UPDATE", (task_id,))
+        locked = time.monotonic()
+        # the safe window (2 s) ends at most 2 s after the lock; SIGKILL 0.5 s later
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10, what="the group's death")
+        took = time.monotonic() - locked
+        lease_end = blocker.execute(
+            "SELECT next_action - clock_timestamp() FROM tenure.task WHERE id = %s", (task_id,)
+        )
+        left = lease_end.fetchone()
+        blocker.rollback()
+        wait_for(lambda: worker.in_flight() == 0, what="the slot's release")
+        stats = worker.stats
+    assert left is not None and left[0].total_seconds() > 0, f"the group outlived the lease ({took:.2f} s)"
+    # its outcome (a failure: it was killed) came after the safe window: discarded
+    assert (stats.discarded, stats.completed, stats.failed) == (1, 0, 0)
+
+
 def test_exec_handler_that_records_its_own_transition_counts_as_completed(
     handler: Path,
     app_conninfo: str,

@@ -334,7 +334,7 @@ def shim_throughput(
         ),
         ("--http (asyncio HTTP handler, kept-alive)", None),
     ]
-    baseline = 0.0
+    baseline: float | None = None  # the Python worker's rate
     for label, handled_by in runs:
         fill(admin, "tenure.task", backlog)
         logs = workdir / f"shim-{label.split()[0].strip('-')}"
@@ -361,7 +361,7 @@ def shim_throughput(
             )
         if not scalar(admin, f"SELECT EXISTS (SELECT FROM tenure.task WHERE {UNDONE['tenure.task']})"):
             print(f"    ({label}: the backlog ran out, so the figure is void: raise --backlogs)")
-        baseline = baseline or rate
+        baseline = rate if baseline is None else baseline
         print(
             f"    {label:<56} {rate:8.0f} /s   {rate / baseline if baseline else float('nan'):.2f}",
             flush=True,
