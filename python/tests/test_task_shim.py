@@ -280,10 +280,11 @@ def test_outcomes_are_parsed_strictly() -> None:
 
 
 def test_a_command_that_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
-    with pytest.raises(InvalidConfiguration, match="not an executable file on the PATH"):
+    with pytest.raises(InvalidConfiguration, match="not an executable file, nor a program on PATH"):
         TaskCommand(["no-such-program-here"], kill_grace=1)
+    (tmp_path / "not-executable").write_text("")
     with pytest.raises(InvalidConfiguration, match="not an executable file"):
-        TaskCommand([str(tmp_path / "missing")], kill_grace=1)
+        TaskCommand([str(tmp_path / "not-executable")], kill_grace=1)
     with pytest.raises(InvalidConfiguration, match="http:// or https://"):
         TaskHandler("localhost:8080", concurrency=1)
 

@@ -34,8 +34,6 @@ import asyncio
 import json
 import logging
 import math
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +47,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tenure.errors import InvalidConfiguration
-from tenure.runtime.supervise import Supervisor
+from tenure.runtime.supervise import Supervisor, command_line
 from tenure.runtime.tasks import Complete, Fail, Next, Outcome, Release, Task, TaskLogic
 
 log = logging.getLogger(__name__)
@@ -154,19 +152,6 @@ def parse_outcome(answer: bytes, *, source: str) -> Outcome:
         return bad(f"is not a valid {kind} outcome ({error})")
 
 
-def _check_command(argv: Sequence[str]) -> None:
-    """Refuse at start a command that cannot be run, rather than fail every task with it."""
-    if not argv:
-        raise InvalidConfiguration("--exec needs a command: tenure task worker --exec -- CMD [ARGS...]")
-    program = argv[0]
-    found = shutil.which(program) if os.sep not in program else program
-    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise InvalidConfiguration(
-            f"--exec: {program!r} is not an executable file" + ("" if os.sep in program else " on the PATH"),
-            hint="Give the command's path, or a program on the PATH, after --exec --.",
-        )
-
-
 def _status_text(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -200,8 +185,9 @@ class TaskCommand:
         label: str = "task worker",
         stderr: IO[bytes] | None = None,
     ) -> None:
-        _check_command(argv)
-        self.argv = list(argv)
+        checked = command_line(["--", *argv])  # refused at start, not with every task
+        assert checked is not None
+        self.argv = checked
         self.supervisor = Supervisor(self.argv, kill_grace=kill_grace, label=label)
         self._stderr = stderr
         self._stderr_lock = threading.Lock()
