@@ -31,14 +31,18 @@ handler's request is cut. Whatever arrives after that is discarded, never applie
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import logging
 import math
+import os
+import selectors
 import signal
 import subprocess
 import sys
 import threading
-from collections import deque
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import IO, Any, Self
@@ -47,7 +51,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tenure.errors import InvalidConfiguration
-from tenure.runtime.supervise import Supervisor, command_line
+from tenure.runtime.supervise import RECHECK, Child, Supervisor, command_line
 from tenure.runtime.tasks import Complete, Fail, Next, Outcome, Release, Task, TaskLogic
 
 log = logging.getLogger(__name__)
@@ -216,76 +220,102 @@ class TaskCommand:
         )
         if child is None:
             return Fail("the lease ended before the command could start")
-        process = child.process
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-        output: list[bytes] = []
-        errors: deque[bytes] = deque(maxlen=64)
-        helpers = [
-            threading.Thread(target=_feed, args=(process.stdin, _document_bytes(task)), daemon=True),
-            threading.Thread(target=_collect, args=(process.stdout, output), daemon=True),
-            threading.Thread(target=self._forward, args=(process.stderr, errors), daemon=True),
-        ]
-        for helper in helpers:
-            helper.start()
+        output, errors, complete = self._exchange(child, _document_bytes(task))
         child.done.wait()  # the supervisor's reaper saw it end, and killed what it left in its group
-        for helper in helpers:
-            helper.join(PIPES_AFTER_EXIT)
         returncode = child.returncode
         assert returncode is not None
         if child.stopped_by_us:
             return Fail(f"the command was stopped ({child.reason}), {_status_text(returncode)}")
         if returncode != 0:
-            stderr = tail(b"".join(errors))
+            stderr = tail(errors)
             return Fail(
                 f"the command exited with {_status_text(returncode)}"
                 + (f"; the end of its stderr: {stderr}" if stderr else "; its stderr was empty")
             )
-        if helpers[1].is_alive():
+        if not complete:
             return Fail(
                 "the command exited, but something it started outside its process group still holds "
                 "its stdout open: its outcome cannot be read"
             )
-        return parse_outcome(b"".join(output), source="the command's stdout")
+        return parse_outcome(output, source="the command's stdout")
 
-    def _forward(self, pipe: IO[bytes], kept: deque[bytes]) -> None:
-        """Copy the command's stderr to ours line by line, keeping its last lines."""
-        with pipe:
-            for line in iter(lambda: pipe.readline(65536), b""):
-                kept.append(line)
-                with self._stderr_lock:
-                    try:
-                        if self._stderr is not None:
-                            self._stderr.write(line)
-                            self._stderr.flush()
-                        else:  # sys.stderr as it is now (a test may have replaced it)
-                            sys.stderr.write(line.decode("utf-8", "replace"))
-                            sys.stderr.flush()
-                    except (OSError, ValueError):
-                        pass
+    def _exchange(self, child: Child, payload: bytes) -> tuple[bytes, bytes, bool]:
+        """Feed ``payload`` to the command's stdin and read its stdout and stderr to their
+        ends, on this thread (like ``Popen.communicate``, with stderr copied to ours line by
+        line as it comes): its stdout (at most one byte past MAX_OUTPUT), the end of its
+        stderr, and whether its stdout reached its end, which it may not when something the
+        command left outside its group holds it open past PIPES_AFTER_EXIT."""
+        process = child.process
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+        os.set_blocking(stdin.fileno(), False)
+        pending = memoryview(payload)
+        output = bytearray()
+        errors = bytearray()  # the end of stderr: at most 4 * TAIL bytes
+        line = bytearray()  # stderr since its last newline
+        give_up_at: float | None = None
+        stdout_ended = False
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdin, selectors.EVENT_WRITE)
+            selector.register(stdout, selectors.EVENT_READ)
+            selector.register(stderr, selectors.EVENT_READ)
+            while len(selector.get_map()) > 0:
+                if give_up_at is None and child.done.is_set():
+                    give_up_at = time.monotonic() + PIPES_AFTER_EXIT
+                wait = RECHECK if give_up_at is None else give_up_at - time.monotonic()
+                if wait <= 0:
+                    break
+                for key, _ in selector.select(wait):
+                    pipe = key.fileobj
+                    if pipe is stdin:
+                        try:
+                            pending = pending[os.write(stdin.fileno(), pending) :]
+                        except OSError:  # a command that does not read its stdin is no error
+                            pending = pending[:0]
+                        if not pending:
+                            selector.unregister(stdin)
+                            with contextlib.suppress(OSError):
+                                stdin.close()
+                        continue
+                    assert isinstance(pipe, io.BufferedReader)
+                    data = os.read(pipe.fileno(), 65536)
+                    if not data:
+                        selector.unregister(pipe)
+                        stdout_ended = stdout_ended or pipe is stdout
+                    elif pipe is stdout:
+                        if len(output) <= MAX_OUTPUT:
+                            output += data[: MAX_OUTPUT + 1 - len(output)]
+                    else:
+                        errors += data
+                        del errors[: -4 * TAIL]
+                        line += data
+                        cut = line.rfind(b"\n") + 1
+                        if cut or len(line) > 65536:
+                            self._copy_stderr(bytes(line[: cut or len(line)]))
+                            del line[: cut or len(line)]
+        if line:
+            self._copy_stderr(bytes(line))
+        for end in (stdin, stdout, stderr):
+            with contextlib.suppress(OSError):
+                end.close()
+        return bytes(output), bytes(errors), stdout_ended
+
+    def _copy_stderr(self, lines: bytes) -> None:
+        """The command's stderr, whole lines at a time, to ours."""
+        with self._stderr_lock:
+            try:
+                if self._stderr is not None:
+                    self._stderr.write(lines)
+                    self._stderr.flush()
+                else:  # sys.stderr as it is now (a test may have replaced it)
+                    sys.stderr.write(lines.decode("utf-8", "replace"))
+                    sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
 
 def _document_bytes(task: Task) -> bytes:
     return json.dumps(task_document(task)).encode() + b"\n"
-
-
-def _feed(pipe: IO[bytes], payload: bytes) -> None:
-    """Write the task to the command's stdin and close it (a command that does not read it
-    is no error)."""
-    try:
-        with pipe:
-            pipe.write(payload)
-    except (BrokenPipeError, OSError, ValueError):
-        pass
-
-
-def _collect(pipe: IO[bytes], output: list[bytes]) -> None:
-    """Read the command's stdout to its end, keeping at most one byte past MAX_OUTPUT."""
-    size = 0
-    with pipe:
-        while chunk := pipe.read(65536):
-            if size <= MAX_OUTPUT:
-                output.append(chunk[: MAX_OUTPUT + 1 - size])
-                size += len(output[-1])
 
 
 class TaskHandler:
