@@ -29,7 +29,7 @@ import pytest
 from tenure.driver import Driver, TaskRow
 from tenure.errors import InvalidConfiguration
 from tenure.runtime.task_commands import TaskCommand, TaskHandler, parse_outcome
-from tenure.runtime.tasks import AsyncTaskWorker, Complete, Fail, Next, Release, TaskWorker
+from tenure.runtime.tasks import AsyncTaskWorker, Complete, Fail, Next, Release, Task, TaskWorker
 from tenure.testing.database import APP_ROLE
 
 KIND = "shim"
@@ -290,6 +290,30 @@ def test_a_command_that_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
 
 
 # -- --exec ----------------------------------------------------------------------------------
+
+
+def test_exec_large_tasks_and_commands_that_ignore_their_stdin(handler: Path) -> None:
+    """Without a database: a task far larger than a pipe's buffer reaches a command that
+    reads it, and does not block one that never reads its stdin."""
+    big = {"do": "complete", "blob": "x" * 300_000}
+
+    def task() -> Task:
+        return Task(
+            id=uuid.uuid4(),
+            kind=KIND,
+            state="new",
+            data=big,
+            epoch=1,
+            attempts=0,
+            owner=uuid.uuid4(),
+            valid_until=time.monotonic() + 60,
+        )
+
+    with TaskCommand([sys.executable, str(handler), "exec"], kill_grace=1) as reader:
+        outcome = reader(task())
+    assert isinstance(outcome, Complete) and outcome.data["got"]["data"] == big
+    with TaskCommand(["/bin/echo", '{"outcome": "complete"}'], kill_grace=1) as ignorer:
+        assert ignorer(task()) == Complete()
 
 
 def test_exec_outcomes_of_every_kind(
