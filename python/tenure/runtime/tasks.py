@@ -905,7 +905,7 @@ class TaskWorker(TaskLogic):
         database cannot tell now (they count as lost)."""
         try:
             return self._run_op(lambda: self._lookup_op(tasks), until=time.monotonic() + LOOK_UP_FOR)
-        except psycopg.Error as error:
+        except (psycopg.Error, TenureError) as error:
             log.warning("%s: could not look up %d refused tasks: %s", self.name, len(tasks), error)
             return None
 
@@ -1200,7 +1200,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         """:meth:`TaskWorker._look_up` on the event loop."""
         try:
             return await self._run_op(lambda: self._lookup_op(tasks), until=time.monotonic() + LOOK_UP_FOR)
-        except psycopg.Error as error:
+        except (psycopg.Error, TenureError) as error:
             log.warning("%s: could not look up %d refused tasks: %s", self.name, len(tasks), error)
             return None
 
