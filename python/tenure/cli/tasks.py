@@ -31,9 +31,9 @@ EXAMPLES = {
     "eject": "example: tenure task eject 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a --lease 30",
     "requeue": "example: tenure task requeue 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
     "purge": "example: tenure task purge --older-than 604800 --include-dead",
-    "worker": "examples: tenure task worker --module myapp.tasks --concurrency 8 --lease 30\n"
-    "          tenure task worker --kind email --kind sms --exec -- ./handle-task\n"
-    "          tenure task worker --kind email --http http://127.0.0.1:8080/tasks",
+    "worker": "example: tenure task worker --module myapp.tasks --concurrency 8 --lease 30\n"
+    "example: tenure task worker --kind email --kind sms --exec -- ./handle-task\n"
+    "example: tenure task worker --kind email --http http://127.0.0.1:8080/tasks",
 }
 
 
