@@ -37,7 +37,7 @@ KIND = "shim"
 HANDLER = r'''
 """A task handler for the tests: `handler.py exec` handles the task on its stdin,
 `handler.py http PORTFILE` serves POSTs. What it does is the task's data["do"]."""
-import json, os, signal, subprocess, sys, time
+import json, os, select, signal, subprocess, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def note(task, what):
@@ -101,6 +101,12 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
         task = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if task["data"]["do"] == "watch":  # until the shim closes the connection
+            note(task, "start")
+            ready, _, _ = select.select([self.connection], [], [], 60)
+            note(task, "cut" if ready and not self.connection.recv(1) else "not cut")
+            self.close_connection = True
+            return
         status, answer = handle(task)
         body = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
         self.send_response(status)
@@ -571,17 +577,19 @@ def test_http_request_is_cut_when_the_lease_is_lost(
     handler: Path, app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
-    task_id = enqueue(admin, {"do": "hang", "seconds": 60, "notes": str(calls)})
+    task_id = enqueue(admin, {"do": "watch", "notes": str(calls)})
 
     async def run() -> None:
         with http_handler(handler, tmp_path) as url:
             async with http_worker(app_conninfo, url, lease=1.5) as worker:
                 await await_for(lambda: notes(calls), what="the request")
                 Driver(admin).task_eject(task_id, uuid.uuid4(), lease=60)
-                # the extension every 0.5 s is refused: the processor is cancelled, the
-                # request cut, long before the handler would answer
+                # the extension every 0.5 s is refused: the processor is cancelled and the
+                # request's connection closed, which the handler sees
                 await await_for(lambda: worker.in_flight() == 0, timeout=10, what="the cut")
+                await await_for(lambda: len(notes(calls)) == 2, timeout=10, what="the handler's notice")
                 stats = worker.stats
+        assert [n["what"] for n in notes(calls)] == ["start", "cut"]
         assert (stats.lost, stats.discarded, stats.completed) == (1, 1, 0)
 
     asyncio.run(run())
