@@ -474,7 +474,12 @@ def test_exec_handler_that_records_its_own_transition_counts_as_completed(
     )
     messages = [r.message for r in caplog.records]
     assert not any("lost the lease" in m for m in messages), messages
-    assert any(f"task {slow} was finished in epoch" in m for m in messages), "an extension was refused"
+    assert any(
+        f"task {slow} was finished in epoch" in m and "an extension was refused" in m for m in messages
+    )
+    assert any(
+        f"task {quick} was finished in epoch" in m and "its outcome was refused" in m for m in messages
+    )
 
 
 def test_exec_worker_from_the_command_line(
@@ -548,14 +553,14 @@ def test_http_answer_after_the_lease_was_lost_is_refused_and_logged(
 ) -> None:
     caplog.set_level(logging.INFO, logger="tenure")
     calls = tmp_path / "calls"
-    # a lease of 6 s is extended every 2 s: the answer (after 1 s) comes before the shim
+    # a lease of 9 s is extended every 3 s: the answer (after 1 s) comes before the shim
     # could learn of the ejection from an extension, and the database refuses it
     task_id = enqueue(admin, {"do": "hang", "seconds": 1.0, "notes": str(calls)})
     ejector = uuid.uuid4()
 
     async def run() -> None:
         with http_handler(handler, tmp_path) as url:
-            async with http_worker(app_conninfo, url, lease=6.0) as worker:
+            async with http_worker(app_conninfo, url, lease=9.0) as worker:
                 await await_for(lambda: notes(calls), what="the request")
                 Driver(admin).task_eject(task_id, ejector, lease=60)
                 await await_for(lambda: worker.in_flight() == 0, what="the answer")

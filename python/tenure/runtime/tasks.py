@@ -536,11 +536,13 @@ class TaskLogic:
                     self._finish(task)
                 continue
             log.info(
-                "%s: task %s was finished in epoch %d by its processor itself: %s",
+                "%s: task %s was finished in epoch %d by its processor itself (%s), "
+                "found when %s was refused",
                 self.name,
                 task.id,
                 task.epoch,
                 type(recorded).__name__.lower(),
+                "its outcome" if reported else "an extension",
             )
             task.recorded = recorded
             if reported:
