@@ -461,23 +461,27 @@ def test_exec_handler_that_records_its_own_transition_counts_as_completed(
     # recorded, then still running past an extension (every second): that extension is
     # refused, and must not cost the command its life
     slow = enqueue(admin, {"do": "self", "after": 1.6, "notes": str(calls)})
+    # recorded, then hanging: stopped a safe window (2 s) after the refused extension, still
+    # counted as completed
+    hung = enqueue(admin, {"do": "self", "after": 60, "notes": str(calls)})
     with exec_worker(app_conninfo, handler, lease=3.0) as worker:
-        wait_for(lambda: worker.stats.completed == 1 and worker.in_flight() == 0, what="completion")
+        wait_for(lambda: worker.stats.completed == 2 and worker.in_flight() == 0, what="completion")
         counts.append(worker.stats)
-    for task_id in (quick, slow):
+    for task_id in (quick, slow, hung):
         assert row(admin, task_id).state == "self-done"
         effects = admin.execute("SELECT epoch FROM shim_effects WHERE task_id = %s", (task_id,)).fetchall()
         assert effects == [(row(admin, task_id).epoch,)], "the handler's write applied exactly once"
     assert [n["what"] for n in notes(calls) if n["what"] == "answered"] == ["answered", "answered"]
-    for stats in counts:
+    for stats, finished in zip(counts, (1, 2), strict=True):
         assert (stats.completed, stats.already_recorded, stats.lost, stats.discarded, stats.failed) == (
-            1,
-            1,
+            finished,
+            finished,
             0,
             0,
             0,
         )
     messages = [r.message for r in caplog.records]
+    assert any(f"stopped the processor of task {hung}" in m for m in messages), messages
     assert not any("lost the lease" in m for m in messages), messages
     assert any(
         f"task {quick} was finished in epoch" in m and "its outcome was refused" in m for m in messages
@@ -616,18 +620,19 @@ def test_http_handler_that_records_its_own_transition_counts_as_completed(
     calls = tmp_path / "calls"
     quick = enqueue(admin, {"do": "self", "notes": str(calls)})
     slow = enqueue(admin, {"do": "self", "after": 1.6, "notes": str(calls)})
+    hung = enqueue(admin, {"do": "self", "after": 60, "notes": str(calls)})  # its request is cut
 
     async def run() -> None:
         with http_handler(handler, tmp_path) as url:
             async with http_worker(app_conninfo, url, lease=3.0) as worker:
-                for task_id in (quick, slow):
+                for task_id in (quick, slow, hung):
                     await await_for(is_done(admin, task_id), what="done")
-                await await_for(lambda: worker.in_flight() == 0, what="both counted")
+                await await_for(lambda: worker.in_flight() == 0, what="all counted")
                 stats = worker.stats
-        assert (stats.completed, stats.already_recorded, stats.lost, stats.discarded) == (2, 2, 0, 0)
+        assert (stats.completed, stats.already_recorded, stats.lost, stats.discarded) == (3, 3, 0, 0)
 
     asyncio.run(run())
-    for task_id in (quick, slow):
+    for task_id in (quick, slow, hung):
         effects = admin.execute("SELECT count(*) FROM shim_effects WHERE task_id = %s", (task_id,)).fetchone()
         assert effects == (1,)
     messages = [r.message for r in caplog.records]

@@ -417,11 +417,9 @@ class TaskLogic:
         """The tasks whose leases to extend; those past their safe window are lost."""
         held = []
         for task in self._held():
-            if task.recorded is not None:
-                continue  # finished in our epoch already: nothing to extend
             if task.is_lost():
                 self._lose(task, "no lease extension within the safe window")
-            else:
+            elif task.recorded is None:  # one its processor finished has nothing to extend
                 held.append(task)
         return held
 
@@ -448,18 +446,30 @@ class TaskLogic:
 
     def _lose(self, task: Task, reason: str) -> None:
         with self._lock:
-            if task.id not in self._in_flight or task.recorded is not None:
-                return  # it finished while the extender was at it, or its processor finished it
-        if not task.lost.is_set():
-            task.lost.set()
-            self._interrupt(task)
+            if task.id not in self._in_flight:
+                return  # it finished while the extender was at it
+        if task.lost.is_set():
+            return
+        task.lost.set()
+        self._interrupt(task)
+        if task.recorded is not None:
+            # Not a lost lease: its processor finished the task itself, then overstayed the
+            # safe window it was given for ending; it is stopped, and counted as it recorded.
+            log.info(
+                "%s: stopped the processor of task %s (epoch %d): it finished the task itself but did "
+                "not end within a safe window after",
+                self.name,
+                task.id,
+                task.epoch,
+            )
+        else:
             with self._lock:
                 self.stats.lost += 1
             self.metrics.task_leases_lost.labels(task.kind).inc()
             log.warning(
                 "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
             )
-            self._tell_followers()
+        self._tell_followers()
 
     def _interrupt(self, task: Task) -> None:
         """The task is lost: stop its processor if this shell can (the async one cancels it)."""
@@ -470,8 +480,6 @@ class TaskLogic:
         now = time.monotonic()
         earliest = now + self.safe_window
         for task in self._held():
-            if task.recorded is not None:
-                continue
             if task.valid_until <= now:
                 self._lose(task, "no lease extension within the safe window")
             elif task.valid_until < earliest:
@@ -524,8 +532,9 @@ class TaskLogic:
         """Outcomes (``reported``) or extensions the database refused, with the rows of their
         tasks (None: they could not be read). A task its processor finished in our epoch is
         counted: at once for an outcome; for an extension, when its processor ends, which
-        is given one more safe window to do so (nothing is extended any more, and whatever it
-        writes after its own transition is refused by the fence). The others were lost."""
+        is given one more safe window to do so before it is stopped (nothing is extended any
+        more, and whatever it writes after its own transition is refused by the fence). The
+        others were lost."""
         found = {row.id: row for row in rows or ()}
         for task, reason in refused:
             recorded = self._recorded_in_epoch(task, found.get(task.id))
