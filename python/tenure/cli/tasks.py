@@ -149,7 +149,7 @@ def _stopped(worker: TaskLogic) -> None:
     stats = worker.stats
     say(
         f"stopped: {stats.acquired} acquired, {stats.completed} completed, {stats.released} released, "
-        f"{stats.failed} failed ({stats.already_recorded} recorded by their handlers), "
+        f"{stats.failed} failed (of these, {stats.already_recorded} recorded by the handlers themselves), "
         f"{stats.lost} leases lost, {stats.discarded} results discarded"
     )
 
