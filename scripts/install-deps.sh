@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
           libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv
           haproxy pgbouncer patroni etcd-server faketime libfaketime
-          chromium chromium-driver)  # chromium + its driver: the dashboard's browser tests (Selenium)
+          chromium chromium-driver  # chromium + its driver: the dashboard's browser tests (Selenium)
+          libpostgresql-jdbc-java)  # the JDBC driver of examples/java (/usr/share/java/postgresql.jar)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -19,6 +20,8 @@ fi
 # Node.js and npm run examples/node; they may come from elsewhere (NodeSource bundles npm with nodejs).
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# javac compiles examples/java; a JDK 17 may come from elsewhere too.
+command -v javac >/dev/null || missing+=(default-jdk-headless)
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then

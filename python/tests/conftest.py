@@ -6,8 +6,9 @@ conftest starts with scripts/pgcluster.sh and stops at exit. The template databa
 is deployed once with sqitch; each test gets a copy.
 
 The tests on real engines (Patroni + etcd, pgbouncer) use the fixtures ``needs_patroni``
-and ``needs_pgbouncer``: without the programs they skip, or fail when CI is set, so a
-broken install never passes silently; :func:`harness_logs` adds a harness's logs to the
+and ``needs_pgbouncer``, the examples in other languages ``needs_node`` and ``needs_java``:
+without the programs they skip, or fail when CI is set, so a broken install never passes
+silently; :func:`harness_logs` adds a harness's logs to the
 report of every test that fails while it runs.
 """
 
@@ -33,6 +34,7 @@ from tenure.testing.aio import flavour as make_flavour
 from tenure.testing.database import setup
 
 ROOT = Path(__file__).resolve().parents[2]
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
 
 
 def _cluster() -> tuple[str, int, str]:
@@ -103,8 +105,8 @@ def connect(admin_conninfo: str) -> Iterator[Any]:
         connection.close()
 
 
-def _require(*programs: str, path: str | None = None) -> None:
-    missing = procs.missing_programs(*programs, path=path)
+def _require(*programs: str, path: str | None = None, files: tuple[Path, ...] = ()) -> None:
+    missing = procs.missing_programs(*programs, path=path) + [str(f) for f in files if not f.exists()]
     if not missing:
         return
     message = f"{', '.join(missing)} missing: run scripts/install-deps.sh"
@@ -123,6 +125,18 @@ def needs_patroni() -> None:
 def needs_pgbouncer() -> None:
     """Skip (fail under CI) without pgbouncer."""
     _require("pgbouncer", path="/usr/sbin:/usr/bin")
+
+
+@pytest.fixture(scope="session")
+def needs_node() -> None:
+    """Skip (fail under CI) without Node.js and the examples' node_modules."""
+    _require("node", files=(ROOT / "examples" / "node" / "node_modules" / "pg",))
+
+
+@pytest.fixture(scope="session")
+def needs_java() -> None:
+    """Skip (fail under CI) without javac and Debian's JDBC driver."""
+    _require("javac", "java", files=(JDBC_JAR,))
 
 
 class FailureLogs:

@@ -20,15 +20,20 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
+from conftest import JDBC_JAR
 from psycopg.conninfo import conninfo_to_dict
 
 from tenure.driver import Driver
@@ -240,3 +245,137 @@ def test_fastapi_service_fails_over_behind_haproxy(app_conninfo: str, admin: Any
     assert runs and check_terms(terms) == [] and check_writes(terms, runs) == []
     assert terms[-1].end_reason == "resigned"
     assert terms[-1].term == runs[-1].term, "the survivor ran the job in the last term"
+
+
+# -- the Node.js and Java examples: an elected job under the shim, a task handler ---------------
+
+NODE_EXAMPLES = ROOT / "examples" / "node"
+JAVA_EXAMPLES = ROOT / "examples" / "java"
+TENURE = str(Path(sys.executable).with_name("tenure"))
+JOB_INTERVAL = 0.3  # I and T of the elected job's shims: a takeover within about a second
+JOB_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class Language:
+    name: str
+    job: list[str]  # the elected job, the command after --exec
+    handler: list[str]  # the task handler: one task on stdin, or with --listen HOST:PORT a server
+
+
+@pytest.fixture(scope="session")
+def java_classpath(needs_java: None) -> str:
+    """examples/java compiled into examples/java/build (ignored by git), as docs/any-language.md says."""
+    build = JAVA_EXAMPLES / "build"
+    sources = sorted(str(path) for path in JAVA_EXAMPLES.glob("*.java"))
+    subprocess.run(["javac", "-Xlint:all", "-Werror", "-d", str(build), *sources], check=True)
+    return f"{build}:{JDBC_JAR}"
+
+
+@pytest.fixture(params=["node", "java"])
+def language(request: pytest.FixtureRequest) -> Language:
+    if request.param == "node":
+        request.getfixturevalue("needs_node")
+        return Language(
+            "node",
+            ["node", str(NODE_EXAMPLES / "elected_job.js")],
+            ["node", str(NODE_EXAMPLES / "task_handler.js")],
+        )
+    classpath = request.getfixturevalue("java_classpath")
+    java = ["java", "-cp", classpath]
+    return Language("java", [*java, "ElectedJob"], [*java, "TaskHandler"])
+
+
+@pytest.fixture
+def example_env(app_conninfo: str, admin: Any) -> dict[str, str]:
+    """The libpq environment of the application role, which owns a schema for the examples' tables."""
+    admin.execute(f"CREATE SCHEMA IF NOT EXISTS AUTHORIZATION {APP_ROLE}")
+    params = conninfo_to_dict(app_conninfo)
+    return {
+        **os.environ,
+        "PGHOST": str(params["host"]),
+        "PGPORT": str(params["port"]),
+        "PGUSER": str(params["user"]),
+        "PGDATABASE": str(params["dbname"]),
+    }
+
+
+def job_rows(admin: Any, utype: str) -> list[tuple[UUID, int, int, datetime]]:
+    """The elected job's writes, (instance, term, n, at), in the order they were made."""
+    if admin.execute("SELECT to_regclass(%s)", (f"{APP_ROLE}.job_runs",)).fetchone()[0] is None:
+        return []
+    rows: list[tuple[UUID, int, int, datetime]] = admin.execute(
+        f"SELECT instance, term, n, at FROM {APP_ROLE}.job_runs WHERE utype = %s ORDER BY at, n", (utype,)
+    ).fetchall()
+    return rows
+
+
+def wait_for_writes(admin: Any, utype: str, *, after_term: int, writes: int = 3) -> tuple[int, UUID]:
+    """(term, instance) of the first term after ``after_term`` once its job made ``writes`` writes."""
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        rows = job_rows(admin, utype)
+        counts = Counter((instance, term) for instance, term, _, _ in rows if term > after_term)
+        ready = sorted((term, instance) for (instance, term), count in counts.items() if count >= writes)
+        if ready:
+            return ready[0]
+        time.sleep(0.05)
+    raise TimeoutError(f"no job wrote in a term after {after_term} within 30 s")
+
+
+def test_elected_job_fences_its_writes_through_a_kill_and_a_freeze(
+    language: Language, example_env: dict[str, str], admin: Any, tmp_path: Path
+) -> None:
+    """Three shims run the job under `tenure elect --exec`; the primary's shim is SIGKILLed, the next
+    one's SIGSTOPped: each time the warden stops the job and a standby's job takes over. Every row was
+    written by the live primary in its own term, the terms' writes never interleave, and each job that
+    was stopped found every write it was told committed in place."""
+    utype = f"example-job-{language.name}"
+    env = {**example_env, "JOB_PERIOD": "0.05"}
+    timings = ["--interval", str(JOB_INTERVAL), "--timeout", str(JOB_TIMEOUT)]
+    shims: dict[UUID, ChildProcess] = {}
+    started = [
+        ChildProcess(
+            [TENURE, "elect", "--type", utype, *timings, "--exec", "--", *language.job],
+            tmp_path / f"{name}.log",
+            env=env,
+        )
+        for name in "abc"
+    ]
+    try:
+        for shim in started:
+            announced = shim.wait_for_output(r"instance ([0-9a-f-]{36}) \(\S+\) standing for")
+            shims[UUID(announced.group(1))] = shim
+        first_term, first = wait_for_writes(admin, utype, after_term=0)
+        shims[first].signal(signal.SIGKILL)
+        second_term, second = wait_for_writes(admin, utype, after_term=first_term)
+        shims[second].signal(signal.SIGSTOP)
+        third_term, third = wait_for_writes(admin, utype, after_term=second_term)
+        shims[second].signal(signal.SIGCONT)  # it finds its term gone and stands by
+        wait_for_writes(admin, utype, after_term=second_term, writes=20)  # the third job goes on
+        for shim in shims.values():
+            shim.signal(signal.SIGTERM)
+        statuses = {instance: shim.process.wait(15) for instance, shim in shims.items()}
+    finally:
+        for shim in started:
+            shim.stop()
+    logs = "\n".join(shim.output() for shim in started)
+    assert len({first, second, third}) == 3, logs
+    assert statuses[first] == -signal.SIGKILL
+    assert statuses[third] == 0, f"the last primary's job must stop cleanly and pass its own check:\n{logs}"
+
+    rows = job_rows(admin, utype)
+    terms = read_terms(admin, utype)
+    writes = [FencedWrite(utype, instance, term, at) for instance, term, _, at in rows]
+    assert check_terms(terms) == [], logs
+    assert check_writes(terms, writes) == [], logs
+    written = [term for _, term, _, _ in rows]
+    assert written == sorted(written), "the writes of two terms interleave"
+    assert {first_term, second_term, third_term} <= set(written)
+    for term in set(written):
+        numbers = [n for _, t, n, _ in rows if t == term]
+        assert numbers == list(range(1, len(numbers) + 1)), f"term {term}: writes {numbers}"
+    # The last job's own check: its count of acknowledged writes is what the table holds.
+    reported = re.findall(r"stopped after (\d+) fenced writes in term (\d+), all in place", logs)
+    assert (str(written.count(third_term)), str(third_term)) in reported, logs
+    assert "table has" not in logs, logs
