@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -28,7 +29,19 @@ def shutdown_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
+# A signal the kernel hands to another thread than the main one (it may, when the main thread
+# is running, as right after SIGCONT) does not wake a main thread blocked on a lock: Python
+# runs the handler at the main thread's next wake-up. So the wait wakes this often.
+SIGNAL_CHECK = 0.2
+
+
 def wait_for_shutdown(*, timeout: float | None = None) -> bool:
     """Block until SIGTERM or SIGINT arrives (True) or ``timeout`` passes (False)."""
+    end = None if timeout is None else time.monotonic() + timeout
     with shutdown_signals() as stop:
-        return stop.wait(timeout)
+        while True:
+            left = SIGNAL_CHECK if end is None else min(SIGNAL_CHECK, end - time.monotonic())
+            if left <= 0:
+                return stop.is_set()
+            if stop.wait(left):
+                return True
