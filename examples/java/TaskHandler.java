@@ -129,6 +129,7 @@ public final class TaskHandler {
             Connection db = connection();
             db.setAutoCommit(true);
             Task task = parse(db, json);
+            System.err.println("task handler: booking task " + task.id() + " (epoch " + task.epoch() + ")");
             Thread.sleep(Math.round(task.workSeconds() * 1000));
             db.setAutoCommit(false);
             try (PreparedStatement fence = db.prepareStatement("SELECT tenure.task_fence(?, ?, ?)");

@@ -46,6 +46,7 @@ async function handle(task) {
   if (typeof account !== 'string' || typeof amount !== 'number') {
     return { outcome: 'fail', error: `task ${task.id}: data needs an account (string) and an amount (number)` };
   }
+  console.error(`task handler: booking task ${task.id} (epoch ${task.epoch}, attempt ${task.attempt})`);
   await sleep(workSeconds);
   await ensureTable();
   const client = await pool.connect();

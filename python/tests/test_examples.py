@@ -26,11 +26,12 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from conftest import JDBC_JAR
@@ -352,7 +353,7 @@ def test_elected_job_fences_its_writes_through_a_kill_and_a_freeze(
         shims[second].signal(signal.SIGSTOP)
         third_term, third = wait_for_writes(admin, utype, after_term=second_term)
         shims[second].signal(signal.SIGCONT)  # it finds its term gone and stands by
-        wait_for_writes(admin, utype, after_term=second_term, writes=20)  # the third job goes on
+        wait_for_writes(admin, utype, after_term=second_term, writes=10)  # the third job goes on
         for shim in shims.values():
             shim.signal(signal.SIGTERM)
         statuses = {instance: shim.process.wait(15) for instance, shim in shims.items()}
@@ -379,3 +380,174 @@ def test_elected_job_fences_its_writes_through_a_kill_and_a_freeze(
     reported = re.findall(r"stopped after (\d+) fenced writes in term (\d+), all in place", logs)
     assert (str(written.count(third_term)), str(third_term)) in reported, logs
     assert "table has" not in logs, logs
+
+
+def post_task(url: str, task: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(task).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def run_task(command: list[str], task: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        command, input=json.dumps(task), capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def lease(admin: Any, kind: str, owner: UUID, seconds: float) -> dict[str, Any]:
+    """One task leased as the shim leases it, as the JSON the shim hands over."""
+    row = admin.execute(
+        "SELECT id, kind, state, data, attempts, epoch FROM tenure.task_acquire(%s, %s, 1, %s)",
+        (owner, timedelta(seconds=seconds), [kind]),
+    ).fetchone()
+    assert row is not None, f"no task of kind {kind} due"
+    task_id, kind, state, data, attempts, epoch = row
+    return {"id": str(task_id), "kind": kind, "state": state, "data": data, "attempt": attempts + 1,
+            "owner": str(owner), "epoch": epoch}  # fmt: skip
+
+
+def check_booked_once(admin: Any, kind: str, count: int) -> list[tuple[UUID, int]]:
+    """Every task of ``kind`` is done and booked exactly once, by the lease that finished it:
+    (task, epoch) of each."""
+    tasks = admin.execute(
+        "SELECT id, status, state, epoch FROM tenure.tasks WHERE kind = %s ORDER BY id", (kind,)
+    ).fetchall()
+    assert len(tasks) == count
+    assert [(status, state) for _, status, state, _ in tasks] == [("done", "booked")] * count, tasks
+    entries = admin.execute(
+        f"SELECT e.task_id, e.epoch, e.owner = l.owner FROM {APP_ROLE}.ledger_entries e"
+        " JOIN tenure.task_leases l ON l.task_id = e.task_id AND l.epoch = e.epoch WHERE l.kind = %s",
+        (kind,),
+    ).fetchall()
+    booked = Counter(task_id for task_id, _, _ in entries)
+    assert {task_id for task_id, _, _, _ in tasks} == set(booked), "a task without its entry"
+    assert set(booked.values()) == {1}, f"entries per task: {booked}"
+    assert all(by_holder for _, _, by_holder in entries), "an entry by another owner than the epoch's"
+    finished = {task_id: epoch for task_id, _, _, epoch in tasks}
+    assert all(finished[task_id] == epoch for task_id, epoch, _ in entries), "an entry of an earlier epoch"
+    return [(task_id, epoch) for task_id, epoch, _ in entries]
+
+
+def test_task_handler_books_once_and_refuses_a_lost_lease(
+    language: Language, example_env: dict[str, str], admin: Any, tmp_path: Path
+) -> None:
+    """The handler as the shim sees it, this test in the shim's place: a task handed over (POST,
+    then stdin) is booked and finished in the handler's own transaction; the same task handed over
+    again is refused by the fence and books nothing; a handler slower than its lease is refused, and
+    the task's next holder books it."""
+    kind = f"example-payment-{language.name}"
+    driver = Driver(admin)
+    for n in range(3):
+        driver.task_enqueue(kind, {"account": f"acct-{n}", "amount": 10 + n})
+    port = free_port()
+    server = ChildProcess([*language.handler, "--listen", f"127.0.0.1:{port}"], tmp_path / "handler.log",
+                          env=example_env)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        server.wait_for_output("listening on")
+        shim, slow, successor = uuid4(), uuid4(), uuid4()
+        over_http = lease(admin, kind, shim, 30)
+        assert post_task(url, over_http) == {"outcome": "complete"}
+        on_stdin = lease(admin, kind, shim, 30)
+        assert run_task(language.handler, on_stdin, example_env) == {"outcome": "complete"}
+        for replayed in (post_task(url, over_http), run_task(language.handler, on_stdin, example_env)):
+            assert replayed["outcome"] == "fail" and "lease lost" in replayed["error"], replayed
+        # A lease of 1 s, a handler that works 1.5 s first: its fence finds the lease run out.
+        too_slow = lease(admin, kind, slow, 1)
+        too_slow["data"]["work_seconds"] = 1.5
+        refused = post_task(url, too_slow)
+        assert refused["outcome"] == "fail" and "lease lost" in refused["error"], refused
+        again = lease(admin, kind, successor, 30)
+        assert (again["id"], again["epoch"]) == (too_slow["id"], 2)
+        assert post_task(url, again) == {"outcome": "complete"}
+    finally:
+        server.stop()
+    booked = check_booked_once(admin, kind, 3)
+    assert (UUID(too_slow["id"]), 2) in booked
+
+
+TASK_LEASE = 1.5  # the task workers' lease: a dead or frozen worker's tasks are due again within it
+SLOW = 3.0  # seconds a slow payment works before its transaction: longer than a lease that is not extended
+
+
+def test_task_handler_under_the_shim_books_every_task_once_through_a_kill_and_a_freeze(
+    language: Language, example_env: dict[str, str], admin: Any, tmp_path: Path
+) -> None:
+    """`tenure task worker`s hand the payments to the handler: POSTed to its server (--http) or
+    one handler process per task (--exec). An HTTP worker is SIGKILLed while its handler works on a
+    slow payment, whose fence then finds the lease gone; later the exec worker is SIGSTOPped while its
+    handler works on another, which the warden stops. Another worker books each of the two in a later
+    lease; every task ends booked with exactly one ledger entry, written by the lease that finished it."""
+    kind = f"example-payment-{language.name}"
+    driver = Driver(admin)
+    worker = [TENURE, "task", "worker", "--kind", kind, "--lease", str(TASK_LEASE), "--concurrency", "2",
+              "--poll-interval", "0.2"]  # fmt: skip
+    port = free_port()
+    over_http = [*worker, "--http", f"http://127.0.0.1:{port}/"]
+    server = ChildProcess([*language.handler, "--listen", f"127.0.0.1:{port}"], tmp_path / "handler.log",
+                          env=example_env)  # fmt: skip
+    workers: list[ChildProcess] = []
+
+    def start(command: list[str], name: str) -> ChildProcess:
+        process = ChildProcess(command, tmp_path / f"{name}.log", env=example_env)
+        workers.append(process)
+        return process
+
+    def instance(process: ChildProcess) -> UUID:
+        return UUID(process.wait_for_output(r"task worker ([0-9a-f-]{36}) ").group(1))
+
+    def payments(first: int) -> UUID:
+        """A slow payment (due first), then three quick ones: the slow one's id."""
+        slow = driver.task_enqueue(kind, {"account": "slow", "amount": first, "work_seconds": SLOW}).id
+        for n in range(first + 1, first + 4):
+            driver.task_enqueue(kind, {"account": f"acct-{n % 3}", "amount": n, "work_seconds": 0.05})
+        return slow
+
+    def wait_for(what: str, condition: Callable[[], bool]) -> None:
+        end = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < end, f"not within 60 s: {what}"
+            time.sleep(0.02)
+
+    def holder(task_id: UUID) -> UUID | None:
+        row = admin.execute("SELECT owner FROM tenure.tasks WHERE id = %s", (task_id,)).fetchone()
+        return None if row is None else UUID(str(row[0])) if row[0] is not None else None
+
+    def all_done() -> bool:
+        row = admin.execute("SELECT bool_and(status = 'done') FROM tenure.tasks WHERE kind = %s", (kind,))
+        return bool(row.fetchone()[0])
+
+    try:
+        server.wait_for_output("listening on")
+        first_http = start(over_http, "http-1")
+        first_http_id = instance(first_http)
+        slow_one = payments(0)
+        wait_for("the HTTP worker leases the slow payment", lambda: holder(slow_one) == first_http_id)
+        by_exec = start([*worker, "--exec", "--", *language.handler], "exec")  # starting meanwhile
+        server.wait_for_output(rf"booking task {slow_one} \(epoch 1")  # works until after the lease ran out
+        first_http.signal(signal.SIGKILL)  # its handler works on; its lease is no longer extended
+        by_exec_id = instance(by_exec)
+        wait_for("the first payments booked", all_done)
+        slow_two = payments(10)
+        wait_for("the exec worker leases the second slow one", lambda: holder(slow_two) == by_exec_id)
+        second_http = start(over_http, "http-2")
+        time.sleep(0.5)  # the exec worker's handler process runs by now
+        by_exec.signal(signal.SIGSTOP)  # the warden stops its handlers at the end of their safe windows
+        wait_for("every payment booked", all_done)
+        by_exec.signal(signal.SIGCONT)
+        for process in (second_http, by_exec):
+            process.signal(signal.SIGTERM)
+        for process in (second_http, by_exec):
+            process.process.wait(20)
+    finally:
+        for process in (*workers, server):
+            process.stop()
+    booked = dict(check_booked_once(admin, kind, 8))
+    assert booked[slow_one] > 1 and booked[slow_two] > 1, f"booked in epochs {booked}"
+    refused = re.findall(rf"task {slow_one} epoch 1 refused", server.output())
+    assert refused, f"the handler of the killed worker did not try its late write:\n{server.output()}"
