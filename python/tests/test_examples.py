@@ -12,6 +12,14 @@ GitHub's rule for heading anchors.
 The FastAPI example also runs as two services behind a real HAProxy: the active one
 is killed, the other takes over, and the records show one writer and one leader at a
 time.
+
+The Node.js and Java examples (examples/node, examples/java, compiled into
+examples/java/build here) run under real shims: the elected job under three
+``tenure elect --exec`` through a SIGKILL and a SIGSTOP, its rows checked against the
+terms; the task handler first with this test in the shim's place (a replayed and a
+too slow handover refused), then under ``tenure task worker --http`` and ``--exec``
+through a SIGKILL and a SIGSTOP, every task booked exactly once by the lease that
+finished it.
 """
 
 from __future__ import annotations
