@@ -38,4 +38,4 @@ docs: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
 
 clean:
-	rm -rf .venv .venv-peers python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache
+	rm -rf .venv .venv-peers python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache examples/java/build
