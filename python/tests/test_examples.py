@@ -24,6 +24,7 @@ finished it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -388,6 +389,11 @@ def test_elected_job_fences_its_writes_through_a_kill_and_a_freeze(
     reported = re.findall(r"stopped after (\d+) fenced writes in term (\d+), all in place", logs)
     assert (str(written.count(third_term)), str(third_term)) in reported, logs
     assert "table has" not in logs, logs
+    last_write = {term: at for _, term, _, at in rows}
+    first_write = {term: at for _, term, _, at in reversed(rows)}
+    terms_written = sorted(first_write)
+    gaps = [(first_write[b] - last_write[a]).total_seconds() for a, b in itertools.pairwise(terms_written)]
+    print(f"\n{language.name} elected job: no writes for {gaps} s at the kill and the freeze")
 
 
 def post_task(url: str, task: dict[str, Any]) -> dict[str, Any]:
