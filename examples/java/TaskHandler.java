@@ -55,6 +55,12 @@ public final class TaskHandler {
                 statement.execute("CREATE TABLE IF NOT EXISTS ledger_entries ("
                         + "task_id uuid NOT NULL, epoch bigint NOT NULL, owner uuid NOT NULL, account text NOT NULL, "
                         + "amount numeric NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())");
+            } catch (SQLException err) {
+                // Two handler processes creating it at once: one gets 23505 (or 42P07), and the table is there.
+                if (!"23505".equals(err.getSQLState()) && !"42P07".equals(err.getSQLState())) {
+                    db.close();
+                    throw err;
+                }
             }
             CONNECTION.set(db);
         }

@@ -26,10 +26,21 @@ const LEASE_LOST = 'TN102';
 const pool = new Pool({ max: 4, application_name: 'task handler example', connectionTimeoutMillis: 5000 });
 let tableReady = null;
 
+// Two handler processes creating the table at once: one of them gets 23505 (or 42P07), and the table is there.
+const ALREADY_THERE = new Set(['23505', '42P07']);
+
 function ensureTable() {
-  tableReady ??= pool.query(`CREATE TABLE IF NOT EXISTS ledger_entries (
-      task_id uuid NOT NULL, epoch bigint NOT NULL, owner uuid NOT NULL, account text NOT NULL,
-      amount numeric NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
+  tableReady ??= pool
+    .query(
+      `CREATE TABLE IF NOT EXISTS ledger_entries (
+        task_id uuid NOT NULL, epoch bigint NOT NULL, owner uuid NOT NULL, account text NOT NULL,
+        amount numeric NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+    )
+    .catch((err) => {
+      if (ALREADY_THERE.has(err.code)) return;
+      tableReady = null; // try again with the next task
+      throw err;
+    });
   return tableReady;
 }
 
