@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
 from tenure.cli.common import Command, address, metrics_server, say, subcommands
 from tenure.driver import Driver
+from tenure.http.claims import ClaimsEndpoint
 from tenure.runtime.claims import Claimer
 from tenure.runtime.shutdown import wait_for_shutdown
 
@@ -15,7 +18,7 @@ EXAMPLES = {
     "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
     "retire": "example: tenure claim retire --keyspace services service-3",
     "list": "example: tenure claim list --keyspace services --instances",
-    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --http 127.0.0.1:8701",
 }
 
 
@@ -55,11 +58,23 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
-    with claimer, metrics_server(args.metrics, claimer.metrics):
+    with claimer, metrics_server(args.metrics, claimer.metrics), held_server(args.http, claimer):
         wait_for_shutdown()
         say("shutting down: releasing every claim")
     say("released")
     return 0
+
+
+@contextmanager
+def held_server(address: tuple[str, int] | None, claimer: Claimer) -> Iterator[None]:
+    """Serve the keys held at http://HOST:PORT/held while the block runs, if an address is given."""
+    if address is None:
+        yield
+        return
+    host, port = address
+    with ClaimsEndpoint(claimer, host=host, port=port) as endpoint:
+        say(f"serving {endpoint.url}/held")
+        yield
 
 
 def register(command: Command) -> None:
@@ -82,5 +97,12 @@ def register(command: Command) -> None:
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.add_argument(
         "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    run.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=address,
+        help="serve GET /held (the keys held with their epochs, with a long-poll: ?wait=SECONDS&version=N), "
+        "/health/live and /metrics there",
     )
     run.set_defaults(run=cmd_claim_run)

@@ -44,7 +44,7 @@ def cmd_elect(args: argparse.Namespace) -> int:
         if args.http:
             host, port = args.http
             endpoint = PrimaryEndpoint(elector, host=host, port=port).start()
-            say(f"serving {endpoint.url}/primary")
+            say(f"serving {endpoint.url}/primary and {endpoint.url}/held")
         if argv is None:
             wait_for_shutdown()
         else:
@@ -102,7 +102,8 @@ def register(command: Command) -> None:
         "--http",
         metavar="HOST:PORT",
         type=address,
-        help="serve GET /primary, /health/live and /metrics there",
+        help="serve GET /primary, /held (the term, with a long-poll: ?wait=SECONDS&version=N), "
+        "/health/live and /metrics there",
     )
     exec_options(elect, "while this instance is primary", "I / 2, and below I")
     elect.set_defaults(run=cmd_elect)
