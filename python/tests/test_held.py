@@ -139,13 +139,17 @@ def test_elect_long_poll_answers_a_gain_and_a_loss_at_once(
     live = get(f"{primary.url}/health/live")
     assert live.status == 200 and losing.waiting(), "a long-poll does not hold up other requests"
 
+    killed = time.monotonic()
     assert terminate(admin, "tenure elector held shim-a:%") == 1
     lost = losing.result()
+    print(f"loss of term 1 answered {time.monotonic() - killed:.3f} s after its connection was terminated")
     assert lost.version > held.version and lost.body["term"] != 1, "the loss of term 1 was answered"
     assert lost.elapsed < 30, "answered when the loss happened, not at the end of the 39.5 s window"
 
+    stopping = time.monotonic()
     primary.stop()  # resigns: the standby is elected at its next heartbeat
     gained = gaining.result()
+    print(f"standby's gain answered {time.monotonic() - stopping:.3f} s after the primary was stopped")
     assert gained.version > idle.version and gained.body["term"] is not None and gained.body["term"] > 1
     assert gained.elapsed < LONG / 2, "the gain was answered when it happened"
     assert 0 < gained.body["valid_for_s"] <= 39.5
@@ -208,6 +212,9 @@ def test_claims_long_poll_answers_keys_taken_over(
     second = Shim(claim("claims-b"), tmp_path / "b.log")
     shims.append(second)
     lost = losing.result()
+    print(
+        f"keys given up answered {lost.elapsed:.3f} s into the long-poll (the second instance's start included)"
+    )
     assert lost.version > everything.version and len(lost.body["keys"]) < 4
     assert lost.elapsed < 30, "the keys given up were answered at once, not at the end of the window"
     for key, epoch in lost.body["keys"].items():
