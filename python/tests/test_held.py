@@ -212,9 +212,7 @@ def test_claims_long_poll_answers_keys_taken_over(
     second = Shim(claim("claims-b"), tmp_path / "b.log")
     shims.append(second)
     lost = losing.result()
-    print(
-        f"keys given up answered {lost.elapsed:.3f} s into the long-poll (the second instance's start included)"
-    )
+    print(f"keys given up answered {lost.elapsed:.3f} s into the long-poll (with the second one's start)")
     assert lost.version > everything.version and len(lost.body["keys"]) < 4
     assert lost.elapsed < 30, "the keys given up were answered at once, not at the end of the window"
     for key, epoch in lost.body["keys"].items():
@@ -229,6 +227,14 @@ def test_claims_long_poll_answers_keys_taken_over(
     for answer in (kept, taken):
         for key, epoch in answer.body["keys"].items():
             assert str(rows[key].claimant) == answer.body["instance_id"] and rows[key].epoch == epoch
+
+    # A shim that stops releases its keys before its endpoint closes: a program waiting
+    # on it hears that it holds nothing, not a dropped connection.
+    releasing = Pending(second.url, taken.version)
+    time.sleep(0.5)
+    second.stop()
+    released = releasing.result()
+    assert released.status == 200 and released.body["keys"] == {} and released.version > taken.version
 
 
 def test_an_answer_never_names_a_grant_past_its_safe_window() -> None:

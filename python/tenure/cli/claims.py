@@ -58,7 +58,8 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
-    with claimer, metrics_server(args.metrics, claimer.metrics), held_server(args.http, claimer):
+    # The endpoint outlives the claimer, so a long-poll hears of the release.
+    with held_server(args.http, claimer), claimer, metrics_server(args.metrics, claimer.metrics):
         wait_for_shutdown()
         say("shutting down: releasing every claim")
     say("released")

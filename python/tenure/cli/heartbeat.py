@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import psycopg
@@ -40,19 +41,18 @@ def cmd_elect(args: argparse.Namespace) -> int:
         f"I = {args.interval} s, T = {args.timeout} s"
     )
     status = 0
-    with elector:
-        if args.http:
+    with contextlib.ExitStack() as serving:
+        if args.http:  # serves until after the resignation, so a long-poll hears of it
             host, port = args.http
-            endpoint = PrimaryEndpoint(elector, host=host, port=port).start()
+            endpoint = serving.enter_context(PrimaryEndpoint(elector, host=host, port=port))
             say(f"serving {endpoint.url}/primary and {endpoint.url}/held")
-        if argv is None:
-            wait_for_shutdown()
-        else:
-            supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"elect {args.utype}")
-            status = run_supervised(ElectedCommand(elector, supervisor, restart=args.restart), say)
-        say("shutting down: resigning")
-        if args.http:
-            endpoint.stop()
+        with elector:
+            if argv is None:
+                wait_for_shutdown()
+            else:
+                supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"elect {args.utype}")
+                status = run_supervised(ElectedCommand(elector, supervisor, restart=args.restart), say)
+            say("shutting down: resigning")
     say("resigned")
     return status
 

@@ -13,11 +13,12 @@ noticed yet.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -50,6 +51,8 @@ class HeldVersions:
         self._changed = threading.Condition()
         self._version = int(time.time() * 1000)
         self._held, _ = read()
+        self._closed = False
+        self._answering = 0  # long-polls between their arrival and their answer's sending
 
     def refresh(self) -> tuple[int, Any, float | None]:
         """Read what is held now: (version, what, end of its safe window). Called by the
@@ -77,11 +80,34 @@ class HeldVersions:
         while True:
             current, held, deadline = self.refresh()
             left = until - time.monotonic()
-            if current != version or left <= 0:
+            if current != version or left <= 0 or self._closed:
                 return current, held, deadline
             with self._changed:
-                if self._version == current:
+                if self._version == current and not self._closed:
                     self._changed.wait(left)
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Around a long-poll's wait and the sending of its answer, which ``close`` waits for."""
+        with self._changed:
+            self._answering += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._answering -= 1
+                self._changed.notify_all()
+
+    def close(self, *, grace: float) -> None:
+        """End every wait now with what is held then, and give their answers up to ``grace``
+        seconds to be sent: a program waiting on a shim that stops hears how it ended (its
+        runtime stopped first: nothing held) rather than a dropped connection."""
+        end = time.monotonic() + grace
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            while self._answering and (left := end - time.monotonic()) > 0:
+                self._changed.wait(left)
 
 
 def long_poll(query: str) -> tuple[float, int | None]:
@@ -162,7 +188,8 @@ class HeldEndpoint(JsonEndpoint):
             except BadRequest as error:
                 self._reply(request, 400, {"error": str(error)})
                 return
-            self._reply(request, 200, self.held_answer(*self.held.wait(version, wait)))
+            with self.held.answering():
+                self._reply(request, 200, self.held_answer(*self.held.wait(version, wait)))
         elif method == "GET" and path == "/health/live":
             self._reply(request, 200, {"live": True, "instance_id": self._instance_id})
         elif method == "GET" and path == "/metrics":
@@ -172,3 +199,7 @@ class HeldEndpoint(JsonEndpoint):
 
     def paths(self) -> str:
         return "GET /held[?wait=SECONDS&version=N], /health/live or /metrics"
+
+    def stop(self) -> None:
+        self.held.close(grace=1.0)
+        super().stop()
