@@ -252,3 +252,32 @@ def test_an_answer_never_names_a_grant_past_its_safe_window() -> None:
     after = versions.wait(version, 30)
     assert time.monotonic() >= deadline
     assert after[0] > version and after[1] is None and after[2] is None
+
+
+def test_a_read_that_started_before_a_change_never_overwrites_it() -> None:
+    # An answer read just before a demotion lands after the follower recorded the loss:
+    # it must not bring the term back.
+    deadline = time.monotonic() + 60
+    state: dict[str, int | None] = {"term": 7}
+    entered, release = threading.Event(), threading.Event()
+
+    def read() -> tuple[int | None, float | None]:
+        term = state["term"]
+        if threading.current_thread().name == "slow-answer":
+            entered.set()
+            release.wait(30)
+        return (term, deadline) if term is not None else (None, None)
+
+    versions = HeldVersions(read, headroom=0.1)
+    before, _, _ = versions.refresh()
+    results: list[tuple[int, Any, float | None]] = []
+    slow = threading.Thread(target=lambda: results.append(versions.refresh()), name="slow-answer")
+    slow.start()
+    assert entered.wait(30)
+    state["term"] = None  # demoted; the runtime tells its followers
+    demoted = versions.refresh()
+    assert demoted[0] == before + 1 and demoted[1] is None
+    release.set()
+    slow.join(30)
+    assert results == [demoted], "the stale read answered what was recorded after it"
+    assert versions.refresh() == demoted

@@ -50,20 +50,29 @@ class HeldVersions:
         self.headroom = headroom
         self._changed = threading.Condition()
         self._version = int(time.time() * 1000)
-        self._held, _ = read()
+        self._held, self._deadline = read()
+        # Reads are numbered when they start; the answer of an earlier one that lands after a
+        # later one is stale (a demotion between the two) and is dropped for the later one's.
+        self._reads = 0
+        self._applied = 0
         self._closed = False
         self._answering = 0  # long-polls between their arrival and their answer's sending
 
     def refresh(self) -> tuple[int, Any, float | None]:
         """Read what is held now: (version, what, end of its safe window). Called by the
         runtime at every change (``follow``) and by every answer."""
-        held, deadline = self._read()
         with self._changed:
-            if held != self._held:
-                self._held = held
-                self._version += 1
-                self._changed.notify_all()
-            return self._version, held, deadline if held else None
+            self._reads += 1
+            ticket = self._reads
+        held, deadline = self._read()  # without _changed: a read may need the thread of the followers
+        with self._changed:
+            if ticket > self._applied:
+                self._applied = ticket
+                if held != self._held:
+                    self._version += 1
+                    self._changed.notify_all()
+                self._held, self._deadline = held, deadline
+            return self._version, self._held, self._deadline if self._held else None
 
     def wait(self, version: int | None, wait: float) -> tuple[int, Any, float | None]:
         """``refresh()`` once the version differs from ``version``, ``wait`` seconds have
