@@ -10,10 +10,12 @@ every batch once, in per-key order, as JSON."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,10 +27,12 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import httpx
 import psycopg
 import pytest
 
 from tenure import BatchGrant, Driver
+from tenure.http.batches import BatchHandler, HandlerError
 from tenure.testing.batches import QueueProcess
 from tenure.testing.child import ChildProcess
 from tenure.testing.ledger import LedgerProcess, SimulatedLedger
@@ -307,3 +311,47 @@ def test_batch_run_needs_a_module_or_a_handler_url(app_conninfo: str) -> None:
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     bad = subprocess.run([*base, "--http", "127.0.0.1:8080"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--http needs the handler's base URL" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (200, b'{"status": "done"}', "answered status 'done': expected committed, invalid, unknown or null"),
+        (200, b"committed", 'expected {"status": "committed" | "invalid" | "unknown" | null}'),
+        (200, b'{"state": "committed"}', 'expected {"status"'),
+        (503, b"busy", "answered 503: 'busy'"),
+    ],
+)
+def test_a_handler_answer_outside_the_protocol_is_an_error_naming_it(
+    status: int, body: bytes, message: str
+) -> None:
+    batch = BatchGrant(UUID(int=1), "po-1", 2, b"\x00\xff", ["s"], 1, 4, 1)
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(status, content=body)
+
+    async def ask() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            handler = BatchHandler(
+                "http://handler/ledger/", client=client, keyspace="q", instance_id=UUID(int=9)
+            )
+            with pytest.raises(HandlerError, match=re.escape(message)):
+                await handler.status(batch)
+
+    asyncio.run(ask())
+    assert seen == [
+        {
+            "keyspace": "q",
+            "instance_id": str(UUID(int=9)),
+            "id": str(UUID(int=1)),
+            "key": "po-1",
+            "seq": 2,
+            "payload": "AP8=",
+            "state_keys": ["s"],
+            "attempts": 1,
+            "epoch": 4,
+            "round": 1,
+        }
+    ]

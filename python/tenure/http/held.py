@@ -20,7 +20,8 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
 from tenure.http.endpoint import JsonEndpoint
 from tenure.metrics import Metrics, send_metrics
@@ -28,6 +29,15 @@ from tenure.metrics import Metrics, send_metrics
 MAX_WAIT = 60.0  # seconds a long-poll may ask to be held
 
 Read = Callable[[], tuple[Any, float | None]]  # (what is held, end of its safe window or None)
+
+
+class Followed(Protocol):
+    """What an endpoint needs of its runtime (an elector or a claimer, threaded or asyncio)."""
+
+    @property
+    def instance_id(self) -> UUID: ...
+
+    def follow(self, callback: Callable[[], None]) -> None: ...
 
 
 class BadRequest(ValueError):
@@ -160,7 +170,7 @@ class HeldEndpoint(JsonEndpoint):
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: Followed,
         read: Read,
         *,
         host: str,
