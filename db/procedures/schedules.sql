@@ -154,9 +154,11 @@ BEGIN
         v_month := extract(month FROM v_at)::integer;
         IF NOT v_month = ANY (p_cron.months) THEN
             v_next := (SELECT min(m) FROM unnest(p_cron.months) m WHERE m > v_month);
+            -- By interval arithmetic, not by year numbers: a zone behind UTC reads the first
+            -- instants of year 1 as local times of 1 BC, whose next year is 1 AD (no year 0).
             v_at := CASE WHEN v_next IS NULL
-                         THEN make_timestamp(extract(year FROM v_at)::integer + 1, p_cron.months[1], 1, 0, 0, 0)
-                         ELSE make_timestamp(extract(year FROM v_at)::integer, v_next, 1, 0, 0, 0) END;
+                         THEN date_trunc('year', v_at) + make_interval(years => 1, months => p_cron.months[1] - 1)
+                         ELSE date_trunc('year', v_at) + make_interval(months => v_next - 1) END;
             CONTINUE;
         END IF;
         v_day := v_at::date;

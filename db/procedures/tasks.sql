@@ -820,7 +820,7 @@ DECLARE
     v_second integer;
 BEGIN
     PERFORM tenure._task_check_take('task_cycle', p_owner, p_lease, p_limit, 0, p_kinds);
-    IF p_wait <= interval '0' OR p_wait > interval '1 day' THEN
+    IF p_wait < interval '0' OR p_wait > interval '1 day' THEN
         PERFORM tenure._invalid_argument('task_cycle', 'p_wait', 'must be NULL or between 0 and 1 day',
             p_wait::text, 'Pass about twice the poll interval, such as ''10 seconds''.');
     END IF;

@@ -5,7 +5,7 @@
 -- cursor (next_slot) into the past instead. Yearly and daily slots keep the expected
 -- values independent of the time the test runs at.
 BEGIN;
-SELECT plan(138);
+SELECT plan(140);
 
 -- Signatures -------------------------------------------------------------------------
 SELECT has_function('tenure', 'cron_next', ARRAY['text', 'timestamp with time zone', 'text']);
@@ -238,6 +238,17 @@ SELECT ok(has_function_privilege('tenure_worker', 'tenure.schedule_tick()', 'EXE
           AND NOT has_table_privilege('tenure_worker', 'tenure.schedule', 'UPDATE')
           AND has_table_privilege('tenure_worker', 'tenure.schedules', 'SELECT'),
     'tenure_worker may tick and read the view, not write the table');
+
+-- The ends of the range, in every zone: a zone behind UTC reads the first instants of
+-- year 1 as local times of 1 BC, one ahead reads the last of 9999 as local times of 10000.
+SELECT is(tenure.cron_next('0 0 1 2 *', '0001-01-01 00:00:00+00', 'America/Los_Angeles'),
+    '0001-02-01 07:52:58+00'::timestamptz,
+    'cron_next from the first instant of year 1 behind UTC: 1 February, local mean time');
+SELECT is((SELECT count(*) FROM tenure.schedule_time_zone z,
+                  unnest(ARRAY['* * * * *', '0 0 1 2 *']) e,
+                  unnest(ARRAY['0001-01-01 00:00:00+00', '9999-12-31 23:59:59+00']::timestamptz[]) a
+            WHERE NOT tenure.cron_next(e, a, z.name) > a),
+    0::bigint, 'cron_next answers a later time in every zone at both ends of its range');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,7 +5,7 @@
 -- announcing is in the isolation spec task-wait-announce.
 -- Instances: a = ...0a, b = ...0b. Times: T = 2001-01-01 00:00:00.
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 
 CREATE FUNCTION pg_temp.cycle(p_owner text, p_limit integer, p_kinds text[], p_wait interval, p_at text)
 RETURNS SETOF tenure.task_cycled
@@ -56,8 +56,10 @@ SELECT results_eq($$SELECT kinds, until FROM tenure.task_waiter WHERE owner = '0
     '... and registers again');
 
 -- Bad input ------------------------------------------------------------------------------
-SELECT throws_ok($$SELECT * FROM pg_temp.cycle('0a', 1, NULL, '0 s', '2001-01-01 00:00:40+00')$$,
-    'TN001', NULL, 'p_wait of 0 is refused with TN001');
+SELECT lives_ok($$SELECT * FROM pg_temp.cycle('0a', 1, NULL, '0 s', '2001-01-01 00:00:40+00')$$,
+    'p_wait of 0 is allowed, as documented (a registration that ends at once)');
+SELECT throws_ok($$SELECT * FROM pg_temp.cycle('0a', 1, NULL, '-1 s', '2001-01-01 00:00:40+00')$$,
+    'TN001', NULL, 'a negative p_wait is refused with TN001');
 SELECT throws_ok($$SELECT * FROM tenure.task_cycle('00000000-0000-0000-0000-00000000000a', '30 s', 1, NULL, '[]', '2 days')$$,
     'TN001', NULL, 'p_wait over a day is refused with TN001');
 

@@ -8,17 +8,19 @@ from contextlib import contextmanager
 
 import psycopg
 
-from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.cli.common import Command, address, exec_options, metrics_server, say, subcommands
 from tenure.driver import Driver
 from tenure.http.claims import ClaimsEndpoint
 from tenure.runtime.claims import Claimer
 from tenure.runtime.shutdown import wait_for_shutdown
+from tenure.runtime.supervise import ClaimedCommands, check_kill_grace, command_line
 
 EXAMPLES = {
     "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
     "retire": "example: tenure claim retire --keyspace services service-3",
     "list": "example: tenure claim list --keyspace services --instances",
-    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --http 127.0.0.1:8701",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --exec -- ./serve-key.sh "
+    "(or --http 127.0.0.1:8701 for a program that runs its own loop)",
 }
 
 
@@ -45,6 +47,10 @@ def cmd_claim(args: argparse.Namespace) -> int:
 
 
 def cmd_claim_run(args: argparse.Namespace) -> int:
+    argv = command_line(args.exec)
+    kill_grace = args.kill_grace if args.kill_grace is not None else args.cycle / 2
+    if argv is not None:
+        check_kill_grace(kill_grace, args.cycle, margin_name="the cycle")
     claimer = Claimer(
         args.db,
         args.keyspace,
@@ -58,12 +64,24 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"claimer {claimer.instance_id} ({claimer.name}) in {args.keyspace}: "
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
+    status = 0
     # The endpoint outlives the claimer, so a long-poll hears of the release.
     with held_server(args.http, claimer), claimer, metrics_server(args.metrics, claimer.metrics):
-        wait_for_shutdown()
+        if argv is None:
+            wait_for_shutdown()
+        else:
+            commands = ClaimedCommands(
+                claimer,
+                argv,
+                kill_grace=kill_grace,
+                restart=args.restart,
+                label=f"claim {args.keyspace}",
+                say=say,
+            )
+            status = commands.run()
         say("shutting down: releasing every claim")
     say("released")
-    return 0
+    return status
 
 
 @contextmanager
@@ -105,5 +123,8 @@ def register(command: Command) -> None:
         type=address,
         help="serve GET /held (the keys held with their epochs, with a long-poll: ?wait=SECONDS&version=N), "
         "/health/live and /metrics there",
+    )
+    exec_options(
+        run, "for each key this instance holds (one process per key)", "cycle / 2, and below the cycle"
     )
     run.set_defaults(run=cmd_claim_run)

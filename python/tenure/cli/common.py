@@ -87,5 +87,6 @@ def exec_options(parser: argparse.ArgumentParser, while_: str, default_grace: st
         action="store_const",
         const=[],  # main() puts the words after --exec here
         help=f"run CMD {while_}, in its own process group, its grant in its environment; it gets SIGTERM "
-        "as soon as the grant ends or its safe window passes, SIGKILL kill-grace later (the last option: --exec -- CMD [ARGS...])",
+        "as soon as the grant ends or its safe window passes, SIGKILL kill-grace later "
+        "(the last option: --exec -- CMD [ARGS...])",
     )

@@ -13,13 +13,7 @@ from tenure.driver import Driver
 from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.runtime.heartbeat import Elector
 from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
-from tenure.runtime.supervise import (
-    ElectedCommand,
-    Supervisor,
-    check_kill_grace,
-    command_line,
-    run_supervised,
-)
+from tenure.runtime.supervise import ElectedCommand, check_kill_grace, command_line
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
@@ -50,8 +44,15 @@ def cmd_elect(args: argparse.Namespace) -> int:
             if argv is None:
                 wait_for_shutdown()
             else:
-                supervisor = Supervisor(argv, kill_grace=kill_grace, label=f"elect {args.utype}")
-                status = run_supervised(ElectedCommand(elector, supervisor, restart=args.restart), say)
+                commands = ElectedCommand(
+                    elector,
+                    argv,
+                    kill_grace=kill_grace,
+                    restart=args.restart,
+                    label=f"elect {args.utype}",
+                    say=say,
+                )
+                status = commands.run()
             say("shutting down: resigning")
     say("resigned")
     return status

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,59 +65,70 @@ def check_kill_grace(kill_grace: float, margin: float, *, margin_name: str) -> N
         raise InvalidConfiguration(
             f"--kill-grace must be above 0 and below {margin_name} ({margin:g} s), got {kill_grace:g} s",
             hint=f"A command gets SIGTERM when its safe window ends and SIGKILL kill-grace later; another "
-            f"instance can be granted the same {margin_name} after the window, so a longer grace "
-            f"would let two commands run at once. Lengthen the interval to allow a longer grace.",
+            f"instance can be granted the grant {margin_name} after the window ends, so a longer grace "
+            f"could let two commands run at once. Lengthen {margin_name} to allow a longer grace.",
         )
 
 
 class Warden:
-    """The shim's side of the warden process: started on first use, restarted if it died."""
+    """The shim's side of the warden process: started on first use, started again if it died
+    or stopped reading. Its pipe is written without blocking, so a warden that is frozen
+    itself can never hold up the shim's own enforcement: it is killed and replaced."""
 
     def __init__(self, kill_grace: float, *, label: str) -> None:
         self.kill_grace = kill_grace
         self.label = label
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
-        self._watched: dict[int, float] = {}
-
-    def _send(self, line: str) -> None:
-        with self._lock:
-            for _ in range(2):
-                process = self._process
-                if process is None or process.poll() is not None:
-                    if process is not None:
-                        log.error(
-                            "%s: the warden exited (%s); starting another", self.label, process.returncode
-                        )
-                    process = self._start()
-                    line = "".join(f"watch {g} {d!r}\n" for g, d in self._watched.items()) + line
-                assert process.stdin is not None
-                try:
-                    process.stdin.write(line.encode())
-                    process.stdin.flush()
-                    return
-                except BrokenPipeError:
-                    self._process = None
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WARDEN), repr(self.kill_grace)],
-            stdin=subprocess.PIPE,
-            start_new_session=True,  # out of reach of signals to the shim's process group
-        )
-        return self._process
+        self._told: dict[int, str] = {}  # pgid -> the last line about it: what a new warden must hear
 
     def watch(self, pgid: int, deadline: float) -> None:
-        self._watched[pgid] = deadline
-        self._send(f"watch {pgid} {deadline!r}\n")
+        self._tell(pgid, f"watch {pgid} {deadline!r}\n")
+
+    def terminated(self, pgid: int, kill_at: float) -> None:
+        """The shim sent the group SIGTERM: the warden sends none, only SIGKILL at ``kill_at``."""
+        self._tell(pgid, f"term {pgid} {kill_at!r}\n")
 
     def forget(self, pgid: int) -> None:
-        if self._watched.pop(pgid, None) is not None:
-            self._send(f"forget {pgid}\n")
+        with self._lock:
+            if self._told.pop(pgid, None) is not None:
+                self._send(f"forget {pgid}\n")
+
+    def _tell(self, pgid: int, line: str) -> None:
+        with self._lock:
+            self._told[pgid] = line
+            self._send(line)
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
+
+    def _send(self, line: str) -> None:
+        """Write ``line``, whole, or replace the warden and tell the new one everything
+        (called with _lock held)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            assert process.stdin is not None
+            data = line.encode()
+            try:
+                if os.write(process.stdin.fileno(), data) == len(data):
+                    return
+            except (BlockingIOError, BrokenPipeError):
+                pass
+            log.error("%s: the warden (pid %d) stopped reading; replacing it", self.label, process.pid)
+            process.kill()
+            process.wait()
+        elif process is not None:
+            log.error("%s: the warden exited (%s); starting another", self.label, process.returncode)
+        process = self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WARDEN), repr(self.kill_grace)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # out of reach of signals to the shim's process group
+        )
+        assert process.stdin is not None
+        os.set_blocking(process.stdin.fileno(), False)
+        everything = "".join(self._told.values())
+        os.write(process.stdin.fileno(), everything.encode())  # a new pipe holds 64 KiB
 
     def close(self) -> None:
         """Close the pipe: the warden stops what it still watches (nothing, after a clean
@@ -276,6 +288,7 @@ class Supervisor:
             self._state.notify_all()
         log.info("%s: stopping pid %d (%s): %s", self.label, child.pid, child.key, reason)
         _signal(child.pid, signal.SIGTERM)
+        self.warden.terminated(child.pid, child.terminated + self.kill_grace)
 
     def wake(self) -> None:
         """Look at every child's grant now."""
@@ -339,25 +352,42 @@ def _signal(pgid: int, sig: int) -> None:
 RESTART_AFTER = 1.0  # seconds between a command's exit and its restart under --restart
 
 
-class _Reconciler:
-    """What ``elect --exec`` and ``claim run --exec`` share: a loop that starts a child for
-    each grant held and has none, on every change (a follower of the runtime, a child's
-    exit), until asked to stop or, without ``restart``, until a child exits by itself."""
+class GrantedCommands:
+    """What ``elect --exec`` and ``claim run --exec`` share: a loop that starts the command
+    for each grant held that has none running, on every change (a follower of the runtime,
+    a child's exit), until asked to stop or, without ``restart``, until a command exits by
+    itself. Subclasses say which grants there are (``_wanted``)."""
 
-    def __init__(self, supervisor: Supervisor, *, restart: bool) -> None:
-        self.supervisor = supervisor
+    def __init__(
+        self,
+        runtime: Any,
+        argv: Sequence[str],
+        *,
+        kill_grace: float,
+        restart: bool,
+        label: str,
+        say: Callable[[str], None] = log.info,
+    ) -> None:
+        self.runtime = runtime
         self.restart = restart
+        self.say = say
+        self.supervisor = Supervisor(argv, kill_grace=kill_grace, label=label, on_exit=self._exit)
+        self.exits: list[Child] = []  # every child that ended, in order
         self._changed = threading.Condition()
         self._exited: Child | None = None  # a child that exited by itself, without restart
         self._last_exit: dict[str, float] = {}  # key -> when its child last exited by itself
+        runtime.follow(self.changed)
 
     def changed(self) -> None:
-        """The runtime's grants changed: wake the supervisor (deadlines) and this loop."""
+        """What is held changed: the supervisor looks at its deadlines, this loop at the grants."""
         self.supervisor.wake()
         with self._changed:
             self._changed.notify_all()
 
-    def on_exit(self, child: Child) -> None:
+    def _exit(self, child: Child) -> None:
+        self.exits.append(child)
+        how = f"stopped: {child.reason}" if child.stopped_by_us else "exited by itself"
+        self.say(f"command for {child.key} (pid {child.pid}) {how}, status {child.status}")
         if not child.stopped_by_us:
             self._last_exit[child.key] = time.monotonic()
             if not self.restart and self._exited is None:
@@ -368,9 +398,31 @@ class _Reconciler:
         """The children there should be now: key -> (held, environment)."""
         raise NotImplementedError
 
-    def run(self, stop: threading.Event) -> Child | None:
-        """Until ``stop`` is set (None) or a child exits by itself without ``restart`` (that
-        child). Children still running are left to ``Supervisor.stop``."""
+    def run(self, stop: threading.Event | None = None) -> int:
+        """Until ``stop`` is set (default: until SIGTERM or SIGINT) or, without ``restart``, a
+        command exits by itself; then every command still running is stopped. Returns the
+        exit status of the command that exited by itself, else of the last one stopped (0
+        when none ran): what the shim exits with."""
+        from tenure.runtime.shutdown import shutdown_signals
+
+        with contextlib.ExitStack() as stack:
+            if stop is None:
+                stop = stack.enter_context(shutdown_signals())
+            stack.enter_context(self.supervisor)  # leaving it stops every child
+            threading.Thread(target=self._wake_on, args=(stop,), daemon=True).start()
+            self._loop(stop)
+            running = self.supervisor.children()
+            if running and self._exited is None:
+                self.say(f"stopping {len(running)} command(s)")
+        if self._exited is not None:
+            return self._exited.status or 0
+        return self.exits[-1].status or 0 if self.exits else 0
+
+    def _wake_on(self, stop: threading.Event) -> None:
+        stop.wait()  # set by a signal handler, which cannot take locks itself
+        self.changed()
+
+    def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set() and self._exited is None:
             running = {child.key for child in self.supervisor.children() if child.terminated is None}
             wait = RECHECK
@@ -381,62 +433,56 @@ class _Reconciler:
                 if since_exit < RESTART_AFTER:
                     wait = min(wait, RESTART_AFTER - since_exit)
                     continue
-                self.supervisor.spawn(key, held, env)
+                try:
+                    self.supervisor.spawn(key, held, env)
+                except OSError as error:
+                    command = self.supervisor.argv[0]
+                    raise InvalidConfiguration(f"--exec: cannot start {command!r}: {error}") from error
             with self._changed:
-                self._changed.wait(wait)
-            # stop.wait is not used here: the stop event is set from a signal handler, which
-            # also calls changed() to end this wait at once.
-        return self._exited
+                if not stop.is_set():
+                    self._changed.wait(wait)
 
 
-class ElectedCommand(_Reconciler):
+class ElectedCommand(GrantedCommands):
     """``tenure elect --exec``: runs the command while ``elector`` is primary, one child per
     term, with ``TENURE_INSTANCE_ID``, ``TENURE_TYPE`` and ``TENURE_TERM``."""
 
-    def __init__(self, elector: Any, supervisor: Supervisor, *, restart: bool) -> None:
-        super().__init__(supervisor, restart=restart)
-        self.elector = elector
-        elector.follow(self.changed)
-
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
-        grant = self.elector.grant_until()
+        elector = self.runtime
+        grant = elector.grant_until()
         if grant is None:
             return {}
         term = grant[0]
 
         def held() -> float | None:
-            now = self.elector.grant_until()
+            now = elector.grant_until()
             return now[1] if now is not None and now[0] == term else None
 
         env = {
-            "TENURE_INSTANCE_ID": str(self.elector.instance_id),
-            "TENURE_TYPE": self.elector.utype,
+            "TENURE_INSTANCE_ID": str(elector.instance_id),
+            "TENURE_TYPE": elector.utype,
             "TENURE_TERM": str(term),
         }
         return {f"term {term}": (held, env)}
 
 
-class ClaimedCommands(_Reconciler):
+class ClaimedCommands(GrantedCommands):
     """``tenure claim run --exec``: one child per key ``claimer`` holds, with
     ``TENURE_INSTANCE_ID``, ``TENURE_KEYSPACE``, ``TENURE_KEY`` and ``TENURE_EPOCH``."""
 
-    def __init__(self, claimer: Any, supervisor: Supervisor, *, restart: bool) -> None:
-        super().__init__(supervisor, restart=restart)
-        self.claimer = claimer
-        claimer.follow(self.changed)
-
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
-        keys, _ = self.claimer.held_until()
+        claimer = self.runtime
+        keys, _ = claimer.held_until()
         wanted: dict[str, tuple[Held, dict[str, str]]] = {}
         for key, epoch in keys.items():
 
             def held(key: str = key, epoch: int = epoch) -> float | None:
-                now, deadline = self.claimer.held_until()
+                now, deadline = claimer.held_until()
                 return deadline if now.get(key) == epoch else None
 
             env = {
-                "TENURE_INSTANCE_ID": str(self.claimer.instance_id),
-                "TENURE_KEYSPACE": self.claimer.keyspace,
+                "TENURE_INSTANCE_ID": str(claimer.instance_id),
+                "TENURE_KEYSPACE": claimer.keyspace,
                 "TENURE_KEY": key,
                 "TENURE_EPOCH": str(epoch),
             }
@@ -445,47 +491,16 @@ class ClaimedCommands(_Reconciler):
 
 
 def command_line(words: Sequence[str] | None) -> list[str] | None:
-    """The command of ``--exec -- CMD [ARGS...]`` (argparse keeps the ``--``); None without --exec."""
+    """The command of ``--exec -- CMD [ARGS...]`` (argparse keeps the ``--``); None without --exec.
+    A command that cannot be found is refused here, before anything is held."""
     if words is None:
         return None
     argv = list(words[1:] if words and words[0] == "--" else words)
     if not argv:
         raise InvalidConfiguration("--exec needs a command: --exec -- CMD [ARGS...]")
-    return argv
-
-
-def run_supervised(reconciler: _Reconciler, say: Callable[[str], None]) -> int:
-    """Run ``reconciler`` until SIGTERM or SIGINT, or until its command exits by itself
-    (without --restart), then stop every child. The exit status: that of the command that
-    exited by itself, else of the last child stopped here (0 if none ran)."""
-    from tenure.runtime.shutdown import shutdown_signals
-
-    supervisor = reconciler.supervisor
-    last: list[Child] = []
-
-    def on_exit(child: Child) -> None:
-        last.append(child)
-        say(
-            f"command for {child.key} (pid {child.pid}) "
-            + (f"stopped: {child.reason}" if child.stopped_by_us else "exited by itself")
-            + f", status {child.status}"
+    if shutil.which(argv[0]) is None:
+        raise InvalidConfiguration(
+            f"--exec: {argv[0]!r} is not an executable file, nor a program on PATH",
+            hint="Give a path to an executable (chmod +x) or the name of a program on PATH.",
         )
-        reconciler.on_exit(child)
-
-    supervisor._on_exit = on_exit
-    with supervisor, shutdown_signals() as stop:
-
-        def wake_on_stop() -> None:
-            stop.wait()
-            reconciler.changed()
-
-        threading.Thread(target=wake_on_stop, daemon=True).start()
-        exited = reconciler.run(stop)
-        running = supervisor.children()
-        if exited is None and running:
-            say(f"stopping {len(running)} command(s)")
-    # leaving the supervisor stopped every child
-    if exited is not None:
-        return exited.status or 0
-    stopped = [child for child in last if child.status is not None]
-    return stopped[-1].status or 0 if stopped else 0
+    return argv

@@ -8,13 +8,17 @@ it. The shim writes lines to its stdin:
     watch PGID DEADLINE   the process group PGID may run until DEADLINE, a time on the
                           system-wide monotonic clock (CLOCK_MONOTONIC, time.monotonic()),
                           the end of the safe window of the grant it was started for
+    term PGID KILL_AT     the shim sent the group SIGTERM itself; SIGKILL is due at KILL_AT
     forget PGID           the group ended (the shim reaped its leader)
 
-At a group's deadline the warden sends it SIGTERM, and SIGKILL ``KILL_GRACE`` seconds
-later, unless a later deadline arrived first. When its stdin closes (the shim exited or
-was killed: nobody else holds the pipe), every group it watches gets SIGTERM at once and
-SIGKILL after the grace, and the warden exits. The shim enforces the same deadlines
-itself; the warden is the second enforcer that a frozen shim cannot hold back.
+A group whose deadline passes gets SIGKILL ``KILL_GRACE`` seconds after it, and SIGTERM a
+moment (a quarter of the grace, at most 0.1 s) after it unless the shim said it sent one:
+a shim that is alive stops its commands itself, at the deadline, and a command must not
+hear SIGTERM twice (many programs take a second one as "force quit"). When its stdin
+closes (the shim exited or was killed: nobody else holds the pipe), every group it
+watches gets SIGTERM at once and SIGKILL after the grace, and the warden exits. The
+shim enforces the same deadlines itself; the warden is the second enforcer that a
+frozen shim cannot hold back.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def _signal(pgid: int, sig: int) -> bool:
 
 def main(argv: list[str]) -> int:
     grace = float(argv[1])
+    lag = min(grace / 4, 0.1)  # the shim's own SIGTERM and its word of it come first
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the shim
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping is what closing stdin is for
     deadlines: dict[int, float] = {}  # pgid -> when it gets SIGTERM
@@ -49,10 +54,10 @@ def main(argv: list[str]) -> int:
     while open_ or kills:
         now = time.monotonic()
         for pgid, at in list(deadlines.items()):
-            if at <= now:
+            if at + lag <= now:
                 del deadlines[pgid]
                 if _signal(pgid, signal.SIGTERM):
-                    kills[pgid] = now + grace
+                    kills[pgid] = at + grace
         for pgid, at in list(kills.items()):
             if at <= now:
                 del kills[pgid]
@@ -61,7 +66,7 @@ def main(argv: list[str]) -> int:
             if kills:
                 time.sleep(max(0.0, min(kills.values()) - time.monotonic()))
             continue
-        upcoming = [*deadlines.values(), *kills.values()]
+        upcoming = [*(at + lag for at in deadlines.values()), *kills.values()]
         timeout = max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
         ready, _, _ = select.select([fd], [], [], timeout)
         if not ready:
@@ -83,6 +88,10 @@ def main(argv: list[str]) -> int:
                 pgid, at = int(words[1]), float(words[2])
                 if pgid not in kills:  # a group already being killed stays so
                     deadlines[pgid] = at
+            elif len(words) == 3 and words[0] == "term":
+                pgid = int(words[1])
+                deadlines.pop(pgid, None)
+                kills[pgid] = min(float(words[2]), kills.get(pgid, float("inf")))
             elif len(words) == 2 and words[0] == "forget":
                 deadlines.pop(int(words[1]), None)
                 kills.pop(int(words[1]), None)
