@@ -43,6 +43,7 @@ from tenure.errors import (
     NotPrimary,
     TenureError,
 )
+from tenure.http.claims import ClaimsEndpoint
 from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.http.replica import ReplicaServer, active_only
 from tenure.metrics import Metrics, MetricsServer
@@ -83,6 +84,7 @@ __all__ = [
     "ClaimLost",
     "ClaimRow",
     "Claimer",
+    "ClaimsEndpoint",
     "CommitNotConfirmed",
     "Complete",
     "Driver",

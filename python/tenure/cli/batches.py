@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import inspect
 import json
 import signal
 import sys
+import urllib.parse
 import uuid
 from typing import Any
 
+import httpx
 import psycopg
 
 from tenure.cli.common import Command, address, metrics_server, say, subcommands
 from tenure.driver import Driver
+from tenure.http.batches import handler_pool
 from tenure.runtime.batches import AsyncSubmissionPool, SubmissionPool, Submissions
 from tenure.runtime.shutdown import wait_for_shutdown
 
@@ -28,7 +32,8 @@ EXAMPLES = {
     "list": "example: tenure batch list --keyspace ledger --status invalid",
     "skip": "example: tenure batch skip --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
     "retry": "example: tenure batch retry --keyspace ledger 0b6c1f9e-4d7a-4c8e-9a55-0f1e2d3c4b5a",
-    "run": "example: tenure batch run --keyspace ledger --module myapp.ledger --submitters 8 --depth 2",
+    "run": "example: tenure batch run --keyspace ledger --module myapp.ledger --submitters 8 --depth 2 "
+    "(or --http http://127.0.0.1:8080/ledger for a handler in any language)",
 }
 
 
@@ -82,6 +87,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_run(args: argparse.Namespace) -> int:
+    if args.http is not None:
+        return _run_http(args)
     module = importlib.import_module(args.module)
     submit, status = getattr(module, "SUBMIT", None), getattr(module, "STATUS", None)
     if not callable(submit) or not callable(status):
@@ -114,11 +121,51 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_async(args: argparse.Namespace, options: dict[str, Any]) -> None:
+def _run_http(args: argparse.Namespace) -> int:
+    url = urllib.parse.urlsplit(args.http)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        print(
+            f"tenure: --http needs the handler's base URL, like http://127.0.0.1:8080, got {args.http!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.http_timeout > 0:
+        print(f"tenure: --http-timeout must be positive, got {args.http_timeout}", file=sys.stderr)
+        return 2
+    options: dict[str, Any] = {
+        "submitters": args.submitters,
+        "depth": args.depth,
+        "cycle": args.cycle,
+        "expiry": args.expiry,
+        "poll_interval": args.poll_interval,
+        "listen": not args.no_listen,
+        "name": args.name,
+    }
+    asyncio.run(_run_async(args, options, handler=args.http))
+    return 0
+
+
+async def _run_async(
+    args: argparse.Namespace, options: dict[str, Any], *, handler: str | None = None
+) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    pool = AsyncSubmissionPool(args.db, args.keyspace, **options)
+    async with contextlib.AsyncExitStack() as stack:
+        if handler is None:
+            pool = AsyncSubmissionPool(args.db, args.keyspace, **options)
+        else:
+            limits = httpx.Limits(
+                max_connections=args.submitters + 1, max_keepalive_connections=args.submitters + 1
+            )
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(timeout=args.http_timeout, limits=limits, trust_env=False)
+            )
+            pool = handler_pool(args.db, args.keyspace, url=handler, client=client, **options)
+        await _serve_async(args, pool, stop)
+
+
+async def _serve_async(args: argparse.Namespace, pool: AsyncSubmissionPool, stop: asyncio.Event) -> None:
     async with pool:
         with metrics_server(args.metrics, pool.metrics):
             _serving(args, pool)
@@ -132,6 +179,7 @@ def _serving(args: argparse.Namespace, pool: Submissions) -> None:
         f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
         f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
         f"{', asyncio' if isinstance(pool, AsyncSubmissionPool) else ''}"
+        f"{f', handler {args.http}' if getattr(args, 'http', None) else ''}"
     )
 
 
@@ -178,8 +226,16 @@ def register(command: Command) -> None:
     retry = batch_command("retry", "queue an invalid batch again, in its place in its key's order")
     retry.add_argument("id", type=uuid.UUID)
     batch_run = batch_command("run", "serve a queue: claim keys, submit their batches in order, resolve them")
+    handler = batch_run.add_mutually_exclusive_group(required=True)
+    handler.add_argument("--module", help="importable module with SUBMIT(batch) and STATUS(batch) functions")
+    handler.add_argument(
+        "--http",
+        metavar="URL",
+        help="a local HTTP handler in any language: each batch is POSTed as JSON to URL/submit, and "
+        'URL/status answers {"status": "committed" | "invalid" | "unknown" | null} (docs/batches.md)',
+    )
     batch_run.add_argument(
-        "--module", required=True, help="importable module with SUBMIT(batch) and STATUS(batch) functions"
+        "--http-timeout", type=float, default=10.0, help="seconds a handler may take to answer a POST (10)"
     )
     batch_run.add_argument("--submitters", type=int, default=8, help="submitter threads (8)")
     batch_run.add_argument("--depth", type=int, default=1, help="rounds per selection: 1 = one-round (1)")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
 from tenure.cli.common import Command, address, exec_options, metrics_server, say, subcommands
 from tenure.driver import Driver
+from tenure.http.claims import ClaimsEndpoint
 from tenure.runtime.claims import Claimer
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.runtime.supervise import ClaimedCommands, check_kill_grace, command_line
@@ -16,7 +19,8 @@ EXAMPLES = {
     "register": "example: tenure claim register --keyspace services service-1 service-2 service-3",
     "retire": "example: tenure claim retire --keyspace services service-3",
     "list": "example: tenure claim list --keyspace services --instances",
-    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --exec -- ./serve-key.sh",
+    "run": "example: tenure claim run --keyspace services --cycle 1 --expiry 3 --exec -- ./serve-key.sh "
+    "(or --http 127.0.0.1:8701 for a program that runs its own loop)",
 }
 
 
@@ -61,7 +65,8 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         f"cycle {args.cycle} s, expiry {args.expiry} s"
     )
     status = 0
-    with claimer, metrics_server(args.metrics, claimer.metrics):
+    # The endpoint outlives the claimer, so a long-poll hears of the release.
+    with held_server(args.http, claimer), claimer, metrics_server(args.metrics, claimer.metrics):
         if argv is None:
             wait_for_shutdown()
         else:
@@ -77,6 +82,18 @@ def cmd_claim_run(args: argparse.Namespace) -> int:
         say("shutting down: releasing every claim")
     say("released")
     return status
+
+
+@contextmanager
+def held_server(address: tuple[str, int] | None, claimer: Claimer) -> Iterator[None]:
+    """Serve the keys held at http://HOST:PORT/held while the block runs, if an address is given."""
+    if address is None:
+        yield
+        return
+    host, port = address
+    with ClaimsEndpoint(claimer, host=host, port=port) as endpoint:
+        say(f"serving {endpoint.url}/held")
+        yield
 
 
 def register(command: Command) -> None:
@@ -99,6 +116,13 @@ def register(command: Command) -> None:
     run.add_argument("--name", help="instance name shown in pg_stat_activity")
     run.add_argument(
         "--metrics", metavar="HOST:PORT", type=address, help="serve Prometheus metrics at /metrics there"
+    )
+    run.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=address,
+        help="serve GET /held (the keys held with their epochs, with a long-poll: ?wait=SECONDS&version=N), "
+        "/health/live and /metrics there",
     )
     exec_options(
         run, "for each key this instance holds (one process per key)", "cycle / 2, and below the cycle"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import psycopg
@@ -34,26 +35,25 @@ def cmd_elect(args: argparse.Namespace) -> int:
         f"I = {args.interval} s, T = {args.timeout} s"
     )
     status = 0
-    with elector:
-        if args.http:
+    with contextlib.ExitStack() as serving:
+        if args.http:  # serves until after the resignation, so a long-poll hears of it
             host, port = args.http
-            endpoint = PrimaryEndpoint(elector, host=host, port=port).start()
-            say(f"serving {endpoint.url}/primary")
-        if argv is None:
-            wait_for_shutdown()
-        else:
-            commands = ElectedCommand(
-                elector,
-                argv,
-                kill_grace=kill_grace,
-                restart=args.restart,
-                label=f"elect {args.utype}",
-                say=say,
-            )
-            status = commands.run()
-        say("shutting down: resigning")
-        if args.http:
-            endpoint.stop()
+            endpoint = serving.enter_context(PrimaryEndpoint(elector, host=host, port=port))
+            say(f"serving {endpoint.url}/primary and {endpoint.url}/held")
+        with elector:
+            if argv is None:
+                wait_for_shutdown()
+            else:
+                commands = ElectedCommand(
+                    elector,
+                    argv,
+                    kill_grace=kill_grace,
+                    restart=args.restart,
+                    label=f"elect {args.utype}",
+                    say=say,
+                )
+                status = commands.run()
+            say("shutting down: resigning")
     say("resigned")
     return status
 
@@ -103,7 +103,8 @@ def register(command: Command) -> None:
         "--http",
         metavar="HOST:PORT",
         type=address,
-        help="serve GET /primary, /health/live and /metrics there",
+        help="serve GET /primary, /held (the term, with a long-poll: ?wait=SECONDS&version=N), "
+        "/health/live and /metrics there",
     )
     exec_options(elect, "while this instance is primary", "I / 2, and below I")
     elect.set_defaults(run=cmd_elect)

@@ -1,8 +1,9 @@
 """The local primary API: the seed's CheckPrimary over HTTP on the elector's host.
 
 ``PrimaryEndpoint`` serves an elector's view: ``GET /primary`` answers 200 on the
-primary and 503 otherwise, ``GET /health/live`` 200 while the process serves, and
-``GET /metrics`` the elector's Prometheus metrics.
+primary and 503 otherwise, ``GET /held`` the term held (null when none) with a version
+and a long-poll (see :mod:`tenure.http.held`), ``GET /health/live`` 200 while the
+process serves, and ``GET /metrics`` the elector's Prometheus metrics.
 ``PrimaryWatch`` is the other side, for a service on the same host that must only
 work while its local elector is primary: it polls the endpoint and counts an answer
 only for T - I after the request was sent.
@@ -18,44 +19,59 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 
-from tenure.http.endpoint import JsonEndpoint
-from tenure.metrics import send_metrics
+from tenure.http.held import HeldEndpoint
 from tenure.runtime.heartbeat import Elector
 
 
-class PrimaryEndpoint(JsonEndpoint):
-    """Serves ``/primary``, ``/health/live`` and ``/metrics`` for an elector, on a background thread."""
+class PrimaryEndpoint(HeldEndpoint):
+    """Serves ``/primary``, ``/held`` (with its long-poll), ``/health/live`` and ``/metrics``
+    for an elector, on a background thread."""
 
     def __init__(self, elector: Elector, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.elector = elector
-        super().__init__(host=host, port=port, thread_name="tenure-http")
 
-    def _answer(self, request: BaseHTTPRequestHandler, method: str) -> None:
-        elector = self.elector
-        body: dict[str, object]
-        if method == "GET" and request.path == "/primary":
-            term = elector.term
-            valid_for = elector.remaining()
-            status = 200 if term is not None and valid_for > 0 else 503
-            body = {
-                "primary": term is not None,
-                "utype": elector.utype,
-                "instance_id": str(elector.instance_id),
-                "name": elector.name,
-                "term": term,
-                "valid_for_s": round(valid_for, 3),
-            }
-        elif method == "GET" and request.path == "/health/live":
-            status, body = 200, {"live": True, "instance_id": str(elector.instance_id)}
-        elif method == "GET" and request.path == "/metrics":
-            send_metrics(request, elector.metrics)
-            return
-        else:
-            status, body = (
-                404,
-                {"error": f"no such path {request.path!r}; try /primary, /health/live or /metrics"},
-            )
-        self._reply(request, status, body)
+        def read() -> tuple[int | None, float | None]:
+            grant = elector.grant_until()
+            return (None, None) if grant is None else grant
+
+        window = elector.timing.safe_window
+        super().__init__(
+            elector,
+            read,
+            host=host,
+            port=port,
+            thread_name="tenure-http",
+            headroom=min(elector.timing.interval / 2, window / 4),
+            metrics=elector.metrics,
+        )
+
+    def _held_body(self, held: int | None) -> dict[str, object]:
+        return {
+            "instance_id": str(self.elector.instance_id),
+            "name": self.elector.name,
+            "type": self.elector.utype,
+            "term": held,
+        }
+
+    def _other(self, request: BaseHTTPRequestHandler, method: str, path: str) -> bool:
+        if (method, path) != ("GET", "/primary"):
+            return False
+        version, term, deadline = self.held.refresh()
+        valid_for = 0.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        body = {
+            "primary": term is not None,
+            "utype": self.elector.utype,
+            "instance_id": str(self.elector.instance_id),
+            "name": self.elector.name,
+            "term": term,
+            "valid_for_s": round(valid_for, 3),
+            "version": version,
+        }
+        self._reply(request, 200 if term is not None and valid_for > 0 else 503, body)
+        return True
+
+    def paths(self) -> str:
+        return f"GET /primary, {super().paths()}"
 
 
 def ask_primary(url: str, *, timeout: float) -> float:
