@@ -300,6 +300,14 @@ class Supervisor:
         _signal(child.pid, signal.SIGKILL)  # whatever it left behind in its group
         self.warden.forget(child.pid)
         with self._state:
+            if child.reason is None:
+                # The warden stops a child at its deadline on its own, and after a freeze of
+                # this process it does so before this watch can: a child that ended once its
+                # grant was over was stopped for it, not a command that exited by itself
+                # (which, without --restart, would make the shim give up and exit).
+                deadline = child.held()
+                if deadline is None or deadline <= time.monotonic():
+                    child.reason = "its grant ended" if deadline is None else "its safe window passed"
             child.returncode = returncode
             self._children.pop(child.pid, None)
             self._state.notify_all()
