@@ -1,0 +1,220 @@
+"""Supervised commands with real processes and real faults: ``tenure elect --exec`` and
+``tenure claim run --exec`` shims whose children (tenure/testing/fenced_child.py) make
+fenced writes, under SIGKILL and SIGSTOP of a shim, ``pg_terminate_backend`` of its
+connections, SIGKILL of the child itself, and children that ignore SIGTERM.
+
+Checked from the children's own logs on the host's monotonic clock, with a watch that
+notes when each child is first seen gone (tenure/testing/supervise.py): no two children
+of one service type, or of one claim key, alive at one instant; at most N copies alive
+when N keys stand for N copies; every fenced write in the table inside its writer's term
+or claim, and every write a child saw acknowledged in the table; a new child within the
+takeover bound (T + I) plus a child's start-up after each fault.
+
+TENURE_SUPERVISE_ROUNDS=N repeats each test's faults N times (1 by default); the figures
+of the safe window's end to the child's death are ``tenure bench --sections supervise``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tenure.driver import Driver
+from tenure.testing.database import retire_keyspace
+from tenure.testing.supervise import (
+    Fleet,
+    check_claim_writes,
+    check_heartbeat_writes,
+    check_no_overlap,
+    most_alive,
+)
+
+I, T = 0.3, 1.0
+# What a new child needs beyond the protocol's bound: the shim's next poll, the Python
+# start-up and first connection of the child, its first write; on a loaded two-core machine.
+STARTUP = 2.0
+ROUNDS = int(os.environ.get("TENURE_SUPERVISE_ROUNDS", "1"))
+pytestmark = pytest.mark.timeout(120 + 90 * ROUNDS)
+
+
+def test_elected_commands_hand_over_under_every_fault(
+    admin: psycopg.Connection[Any], app_conninfo: str, tmp_path: Path
+) -> None:
+    """Three ``tenure elect --exec`` shims; the primary's shim SIGKILLed, SIGSTOPped (and
+    resumed after its successor took over), cut off from the database, and its child
+    SIGKILLed (the shim resigns and exits with the child's status)."""
+    utype = "supervised"
+    with Fleet(admin, app_conninfo, tmp_path, elect=utype, interval=I, timeout=T) as fleet:
+        for _ in range(3):
+            fleet.spawn()
+        for _ in range(ROUNDS):
+            for kind in ("shim SIGKILL", "shim SIGSTOP", "connections killed", "child SIGKILL"):
+                child = fleet.wait_for_child()
+                time.sleep(2 * I)  # a few renewals and writes
+                fault = fleet.strike(kind, child)
+                successor = fleet.wait_for_child(after=fault.at)
+                assert check_no_overlap(fleet.watch.lives()) == [], f"after {kind}"
+                child = fleet.wait_gone(child)
+                if kind == "shim SIGKILL":
+                    assert successor.instance != child.instance
+                    fleet.spawn()
+                elif kind == "shim SIGSTOP":
+                    assert successor.instance != child.instance
+                    time.sleep(max(0.0, fault.at + T + 0.5 - time.monotonic()))
+                    fleet.resume(fault)
+                    fault.shim.wait_for_output(f"no longer primary of {utype}")
+                    time.sleep(3 * I)  # the resumed shim starts nothing for its old term
+                elif kind == "connections killed":
+                    # The shim stops its child as soon as its renewal fails, not at the end of
+                    # the safe window (where the warden would): the child's SIGTERM follows the
+                    # shim's demotion by less than the kill grace, both on the host's clock.
+                    pattern = rf"(\S+) no longer primary of {utype}: heartbeat failed"
+                    fault.shim.wait_for_output(pattern)
+                    demoted = re.findall(pattern, fault.shim.output())[-1]
+                    sigterm = next(e["wall"] for e in child.events if e["event"] == "sigterm")
+                    after = sigterm - datetime.fromisoformat(demoted).timestamp()
+                    assert after < fleet.kill_grace, f"SIGTERM {after:.3f} s after the demotion"
+                    assert fault.shim.process.poll() is None, "the shim lives on"
+                elif kind == "child SIGKILL":
+                    assert fault.shim.exit_status(timeout=30) == 128 + signal.SIGKILL
+                    assert successor.instance != child.instance
+                    fleet.spawn()
+        time.sleep(2 * I)
+        fleet.stop()
+        lives = fleet.watch.lives()
+        assert check_no_overlap(lives) == []
+        assert check_heartbeat_writes(admin, utype, lives) == []
+        fleet.faults = [f for f in fleet.faults if f.kind != "connections killed"]
+        assert fleet.check_takeovers(bound=T + I + STARTUP) == []
+        assert sum(len(x.writes) for x in lives) > 10 * ROUNDS
+        # The frozen shims' children died at their safe window's end, sent by the warden:
+        # SIGTERM reached them while their shims were stopped.
+        for fault in fleet.faults:
+            if fault.kind == "shim SIGSTOP":
+                assert fault.child.sigterm is not None or _life(fleet, fault.child.pid).sigterm is not None
+                assert fault.resumed is not None
+                assert _life(fleet, fault.child.pid).until < fault.resumed
+
+
+def _life(fleet: Fleet, pid: int) -> Any:
+    return next(x for x in fleet.watch.lives() if x.pid == pid)
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
+    admin: psycopg.Connection[Any], app_conninfo: str, tmp_path: Path
+) -> None:
+    """Children that ignore SIGTERM: when their shim is SIGKILLed or frozen, the warden's
+    SIGKILL follows its SIGTERM after --kill-grace, before a successor's child starts."""
+    utype = "supervised-stubborn"
+    with Fleet(admin, app_conninfo, tmp_path, elect=utype, interval=I, timeout=T) as fleet:
+        for _ in range(2):
+            fleet.spawn(ignore_term=True)
+        for _ in range(ROUNDS):
+            for kind in ("shim SIGKILL", "shim SIGSTOP"):
+                child = fleet.wait_for_child()
+                time.sleep(2 * I)
+                fault = fleet.strike(kind, child)
+                fleet.wait_for_child(after=fault.at)
+                assert check_no_overlap(fleet.watch.lives()) == [], f"after {kind}"
+                child = fleet.wait_gone(child)
+                if kind == "shim SIGSTOP":
+                    fleet.resume(fault)
+                fleet.spawn(ignore_term=True)
+        fleet.stop()
+        lives = fleet.watch.lives()
+        assert check_no_overlap(lives) == []
+        assert check_heartbeat_writes(admin, utype, lives) == []
+        for fault in fleet.faults:
+            child = _life(fleet, fault.child.pid)
+            assert child.sigterm is not None and child.exited is None, "it logged SIGTERM and lived on"
+            assert child.gone is not None
+            lived_on = child.gone - child.sigterm
+            # SIGKILL came kill-grace after SIGTERM (the watch sees it a few ms late)
+            assert lived_on >= fleet.kill_grace - 0.02, f"{fault.kind}: killed {lived_on:.3f} s after SIGTERM"
+
+
+def test_restart_starts_a_new_child_in_the_same_term(
+    admin: psycopg.Connection[Any], app_conninfo: str, tmp_path: Path
+) -> None:
+    """With --restart a child that died (SIGKILL) is started again by the same shim, in the
+    same term: nobody else is elected."""
+    utype = "supervised-restart"
+    with Fleet(admin, app_conninfo, tmp_path, elect=utype, interval=I, timeout=T) as fleet:
+        for _ in range(2):
+            fleet.spawn(restart=True)
+        for _ in range(ROUNDS):
+            child = fleet.wait_for_child()
+            time.sleep(2 * I)
+            fault = fleet.strike("child SIGKILL", child)
+            fault.notes["restart"] = True
+            child = fleet.wait_gone(child)
+            again = fleet.wait_for_child(after=fault.at)
+            assert (again.instance, again.grant) == (child.instance, child.grant)
+            assert fault.shim.process.poll() is None
+        primary = Driver(admin).get_primary(utype)
+        assert primary is not None and primary.term == child.grant
+        fleet.stop()
+        lives = fleet.watch.lives()
+        assert check_no_overlap(lives) == []
+        assert check_heartbeat_writes(admin, utype, lives) == []
+        assert fleet.check_takeovers(bound=2 * I + 1.0 + STARTUP) == []  # --restart waits 1 s
+
+
+def test_at_most_n_copies_with_claims(
+    admin: psycopg.Connection[Any], app_conninfo: str, tmp_path: Path
+) -> None:
+    """At most N copies of a service (consul lock -n N): N keys in a keyspace, ``tenure claim
+    run --exec`` on every instance. Three shims, two keys; the shims holding keys SIGKILLed,
+    SIGSTOPped and cut off from the database in turn."""
+    keyspace, copies = "supervised-copies", 2
+    retire_keyspace(admin, keyspace)
+    Driver(admin).claim_register(keyspace, [f"copy-{n}" for n in range(1, copies + 1)])
+    with Fleet(admin, app_conninfo, tmp_path, claim=keyspace, interval=I, timeout=T) as fleet:
+        for _ in range(3):
+            fleet.spawn()
+
+        def copies_at_work() -> None:
+            fleet.watch.wait_for(
+                lambda lives: len([x for x in lives if x.gone is None and x.writes]) == copies,
+                timeout=30,
+                what=f"{copies} copies at work",
+            )
+
+        copies_at_work()
+        for _ in range(ROUNDS):
+            for kind in ("shim SIGKILL", "shim SIGSTOP", "connections killed"):
+                time.sleep(2 * I)
+                child = fleet.living()[0]
+                fault = fleet.strike(kind, child)
+                if kind == "connections killed":
+                    # A claim outlives one failed cycle: the shim reconnects within the safe
+                    # window and its child works on, or loses the key and a successor starts.
+                    time.sleep(T + 2 * I)
+                else:
+                    fleet.wait_for_child(after=fault.at)
+                    assert most_alive(fleet.watch.lives())[0] <= copies, f"after {kind}"
+                    assert check_no_overlap(fleet.watch.lives()) == [], f"after {kind}"
+                    child = fleet.wait_gone(child)
+                if kind == "shim SIGKILL":
+                    fleet.spawn()
+                elif kind == "shim SIGSTOP":
+                    time.sleep(max(0.0, fault.at + T + 0.5 - time.monotonic()))
+                    fleet.resume(fault)
+                copies_at_work()
+        time.sleep(2 * I)
+        fleet.stop()
+        lives = fleet.watch.lives()
+        most, when = most_alive(lives)
+        assert most <= copies, f"{most} copies alive at {when:.3f}"
+        assert check_no_overlap(lives) == []
+        assert check_claim_writes(admin, keyspace, lives) == []
+        fleet.faults = [f for f in fleet.faults if f.kind != "connections killed"]
+        assert fleet.check_takeovers(bound=T + I + STARTUP) == []
