@@ -25,6 +25,7 @@ SMALL = [
     "--enqueue-batches", "10", "--wake-tasks", "3",
     "--claim-keys", "40", "--claim-instances", "2",
     "--queue-keys", "2", "--queue-batches", "16", "--replica-trials", "1",
+    "--supervise-faults", "1",
 ]  # fmt: skip
 
 # peers and soak have their own tests below
@@ -45,6 +46,7 @@ def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
         "takeover after SIGKILL of the primary",
         "bare SKIP LOCKED",
         "notifications on",
+        "supervised command (tenure elect --exec)",
         "logs: ",
     ):
         assert shown in result.stdout, f"no {shown!r} in:\n{result.stdout}\n{result.stderr}"

@@ -34,6 +34,11 @@
 11. The retention soak: electors, a task worker, claimers and a submission queue under steady
    churn with two maintainers pruning every history; rows and sizes per table at the warm-up,
    the middle and the end, and the growth from the middle to the end (:mod:`tenure.bench.soak`).
+12. Supervised commands: ``tenure elect --exec`` shims whose child makes fenced writes; the
+   primary's shim SIGKILLed, SIGSTOPped and cut off from the database (pg_terminate_backend),
+   20 times each: the time from the fault and from the end of the grant's safe window to the
+   child's death, and what is left before anyone else could be granted the type
+   (:mod:`tenure.bench.supervise`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from tenure.bench.heartbeat import heartbeat_throughput, takeover
 from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
+from tenure.bench.supervise import supervise
 from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, shim_throughput, task_throughput, wake_latency
 
 SECTIONS = (
@@ -62,6 +68,7 @@ SECTIONS = (
     "claims",
     "queue",
     "replicas",
+    "supervise",
     "peers",
     "soak",
 )
@@ -90,6 +97,7 @@ def run_bench(
     peers_python: str = "",
     soak_seconds: float = 1800.0,
     soak_age: float | None = None,
+    supervise_faults: int = 20,
 ) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -163,6 +171,8 @@ def run_bench(
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
+    if "supervise" in sections:
+        supervise(admin_conninfo, faults=supervise_faults, workdir=workdir)
     if "soak" in sections:
         with psycopg.connect(admin_conninfo, autocommit=True) as admin:
             soak(admin, admin_conninfo, seconds=soak_seconds, age=soak_age, workdir=workdir)
@@ -280,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="SIGKILLs of the active replica behind HAProxy, per setting, for the failover times (20)",
     )
     parser.add_argument(
+        "--supervise-faults",
+        type=int,
+        default=20,
+        help="faults of each kind (shim SIGKILL, shim SIGSTOP, connections killed) under --exec shims (20)",
+    )
+    parser.add_argument(
         "--peer-jobs",
         type=int,
         default=20_000,
@@ -316,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         args.soak_age is not None and not 1 <= args.soak_age <= args.soak_seconds / 2
     ):
         parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
+    if args.supervise_faults < 1:
+        parser.error(f"--supervise-faults: at least 1; got {args.supervise_faults}")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -340,4 +358,5 @@ def main(argv: list[str] | None = None) -> int:
         peers_python=args.peers_python,
         soak_seconds=args.soak_seconds,
         soak_age=args.soak_age,
+        supervise_faults=args.supervise_faults,
     )
