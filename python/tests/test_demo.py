@@ -21,6 +21,7 @@ from tenure.demo.batches import run_queue_demo
 from tenure.demo.claims import run_claims_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.live import run_live
+from tenure.demo.supervise import run_supervise_demo
 from tenure.demo.tasks import run_task_demo
 from tenure.testing.database import APP_ROLE
 
@@ -33,6 +34,23 @@ def test_demo_runs_and_its_checks_hold(admin_conninfo: str, tmp_path: Path, caps
     assert "no two primaries at any instant" in output
     assert f"picture: {tmp_path / 'leadership.png'}" in output
     assert (tmp_path / "leadership.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_supervise_demo_hands_a_command_over_under_a_kill(
+    admin_conninfo: str, tmp_path: Path, capsys: Any
+) -> None:
+    assert run_supervise_demo(admin_conninfo, workdir=tmp_path) is True
+    output = capsys.readouterr().out
+    assert re.search(r"SIGKILL shim\d .*its warden's pipe closes", output)
+    assert "the child gets SIGTERM from the warden" in output
+    assert re.search(r"took over in term \d+", output)
+    assert "never two children alive at once" in output
+    # The timeline is sorted by time: the warden's SIGTERM and the child's exit come after the
+    # kill, and before the next child starts.
+    timeline = output[output.index("timeline") : output.index("handover:")]
+    at = [timeline.index(step) for step in ("SIGKILL shim", "SIGTERM from the warden", "the child exits")]
+    at.append(timeline.rindex("child starts in term"))
+    assert at == sorted(at), timeline
 
 
 def test_task_demo_recovers_the_killed_step(admin_conninfo: str, tmp_path: Path, capsys: Any) -> None:

@@ -9,6 +9,9 @@ check of its own log against the database held:
 
 - ``heartbeat``: three service instances elect a primary that does fenced writes;
   the primary is killed with SIGKILL and a follower takes over within T + I.
+- ``supervise``: three ``tenure elect --exec`` shims run a small program that makes
+  fenced writes with its term; the primary's shim is killed with SIGKILL, its warden
+  stops the child at once and a standby's child takes over.
 - ``tasks``: a two-step order workflow on task workers; a worker is killed with a
   task in hand and another finishes it, exactly once.
 - ``claims``: three instances share twelve keys, doing fenced work on those they
@@ -37,6 +40,7 @@ from tenure.demo.claims import run_claims_demo
 from tenure.demo.failover import run_failover_demo
 from tenure.demo.heartbeat import run_demo
 from tenure.demo.replicas import run_replica_demo
+from tenure.demo.supervise import run_supervise_demo
 from tenure.demo.tasks import run_task_demo
 from tenure.testing.procs import under_ci
 
@@ -61,6 +65,7 @@ def run_all(
         run_demo(
             admin_conninfo, instances=instances, interval=interval, timeout=timeout, workdir=workdir, out=out
         ),
+        run_supervise_demo(admin_conninfo, workdir=workdir, out=out),
         run_task_demo(admin_conninfo, workdir=workdir, out=out),
         run_claims_demo(admin_conninfo, workdir=workdir, out=out),
         run_queue_demo(admin_conninfo, workdir=workdir, out=out),
