@@ -19,9 +19,10 @@ through an offset measured around a ``clock_timestamp()`` query):
 
 from __future__ import annotations
 
+import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,13 @@ class Sample:
     after_window_end: float  # death - (last renewal + T - I); negative: it died before the end
     margin: float  # (last renewal + T) - death
     successor_gap: float  # the successor child's first log line - death
+    # the raw times (monotonic), kept in samples.json beside the logs
+    fault: float
+    sigterm: float | None
+    death: float
+    renewal: float
+    child_pid: int
+    shim: str
 
 
 def _last_renewal(admin: psycopg.Connection[Any], fault: Fault, utype: str, timeout: float) -> datetime:
@@ -58,9 +66,16 @@ def _last_renewal(admin: psycopg.Connection[Any], fault: Fault, utype: str, time
 
 
 def supervise_samples(
-    admin_conninfo: str, *, faults: int, workdir: Path, interval: float = 0.3, timeout: float = 1.0
+    admin_conninfo: str,
+    *,
+    faults: int,
+    workdir: Path,
+    interval: float = 0.3,
+    timeout: float = 1.0,
+    kinds: tuple[str, ...] = KINDS,
 ) -> list[Sample]:
-    """``faults`` faults of each kind on three shims; one sample per fault."""
+    """``faults`` faults of each kind on three shims; one sample per fault, also written to
+    ``workdir/supervise/samples.json``."""
     app_conninfo = setup(admin_conninfo)
     utype = f"bench-supervise-{int(time.time())}"
     chooser = random.Random()
@@ -73,8 +88,8 @@ def supervise_samples(
     ):
         for _ in range(3):
             fleet.spawn()
-        for n in range(faults * len(KINDS)):
-            kind = KINDS[n % len(KINDS)]
+        for n in range(faults * len(kinds)):
+            kind = kinds[n % len(kinds)]
             child = fleet.wait_for_child()
             time.sleep(interval + chooser.uniform(0, interval))  # anywhere in its renewal cycle
             fault = fleet.strike(kind, child)
@@ -94,8 +109,15 @@ def supervise_samples(
                     after_window_end=child.died - (renewal + timeout - interval),
                     margin=renewal + timeout - child.died,
                     successor_gap=successor.started - child.died,
+                    fault=fault.at,
+                    sigterm=child.sigterm,
+                    death=child.died,
+                    renewal=renewal,
+                    child_pid=child.pid,
+                    shim=fault.shim.name,
                 )
             )
+    (workdir / "supervise" / "samples.json").write_text(json.dumps([asdict(s) for s in samples], indent=1))
     return samples
 
 
@@ -128,4 +150,7 @@ def supervise(admin_conninfo: str, *, faults: int, workdir: Path) -> None:
         print(f"      death -> earliest takeover (margin)    {_spread([s.margin for s in of_kind])}")
         print(f"      death -> successor's child             {_spread([s.successor_gap for s in of_kind])}")
     unsafe = [s for s in samples if s.margin <= 0]
-    print(f"    {len(unsafe)} of {len(samples)} children outlived the earliest takeover")
+    print(
+        f"    {len(unsafe)} of {len(samples)} children outlived the earliest takeover; every sample: "
+        f"{workdir / 'supervise' / 'samples.json'}"
+    )
