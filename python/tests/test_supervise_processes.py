@@ -39,8 +39,9 @@ from tenure.testing.supervise import (
 
 I, T = 0.3, 1.0
 # What a new child needs beyond the protocol's bound: the shim's next poll, the Python
-# start-up and first connection of the child, its first write; on a loaded two-core machine.
-STARTUP = 2.0
+# start-up and first connection of the child, its first write; on a loaded two-core machine
+# (the bench saw up to 3.6 s from a death to the next child's first line at a load of 6).
+STARTUP = 3.0
 ROUNDS = int(os.environ.get("TENURE_SUPERVISE_ROUNDS", "1"))
 pytestmark = pytest.mark.timeout(120 + 90 * ROUNDS)
 
@@ -75,15 +76,16 @@ def test_elected_commands_hand_over_under_every_fault(
                     assert fault.shim.process.poll() is None, "the resumed shim stands again"
                 elif kind == "connections killed":
                     # The shim stops its child as soon as its renewal fails, not at the end of
-                    # the safe window (where the warden would): the child's SIGTERM follows the
-                    # shim's demotion by less than the kill grace, both on the host's clock.
+                    # the safe window, where the warden would: at least T - 2I (0.4 s) after the
+                    # failed renewal. The child's SIGTERM (its own log) and the shim's demotion
+                    # (its output) are both on the host's clock.
                     pattern = rf"(\S+) no longer primary of {utype}: heartbeat failed"
                     fault.shim.wait_for_output(pattern)
                     demoted = re.findall(pattern, fault.shim.output())[-1]
                     sigterm = next((e["wall"] for e in child.events if e["event"] == "sigterm"), None)
                     assert sigterm is not None, "the child was stopped with SIGTERM"
                     after = sigterm - datetime.fromisoformat(demoted).timestamp()
-                    assert after < fleet.kill_grace, f"SIGTERM {after:.3f} s after the demotion"
+                    assert after < 0.75 * (T - 2 * I), f"SIGTERM {after:.3f} s after the demotion"
                     assert fault.shim.process.poll() is None, "the shim lives on"
                 elif kind == "child SIGKILL":
                     assert fault.shim.exit_status(timeout=30) == 128 + signal.SIGKILL
@@ -116,7 +118,8 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
     """Children that ignore SIGTERM: when their shim is SIGKILLed or frozen, the warden's
     SIGKILL follows its SIGTERM after --kill-grace, before a successor's child starts."""
     utype = "supervised-stubborn"
-    with Fleet(admin, app_conninfo, tmp_path, elect=utype, interval=I, timeout=T) as fleet:
+    grace = 0.25  # below I; long enough to tell from a SIGKILL sent with the SIGTERM
+    with Fleet(admin, app_conninfo, tmp_path, elect=utype, interval=I, timeout=T, kill_grace=grace) as fleet:
         for _ in range(2):
             fleet.spawn(ignore_term=True)
         for _ in range(ROUNDS):
@@ -138,11 +141,12 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
             child = _life(fleet, fault.child.pid)
             assert child.sigterm is not None and child.exited is None, "it logged SIGTERM and lived on"
             assert child.gone is not None
-            lived_on = child.gone - child.sigterm
-            # SIGKILL came kill-grace after the end of the window (a frozen shim) or after the
+            # SIGKILL comes the grace after the end of the window (a frozen shim) or after the
             # SIGTERM (a dead shim); the warden's SIGTERM to a frozen shim's command comes a
-            # quarter of the grace after the end (the shim's own comes first when it can).
-            least = fleet.kill_grace * (0.75 if fault.kind == "shim SIGSTOP" else 1.0) - 0.02
+            # quarter of the grace after the end. The child logs SIGTERM when it gets the CPU,
+            # which a loaded machine delays: half of what should separate them, at least.
+            lived_on = child.gone - child.sigterm
+            least = 0.5 * grace * (0.75 if fault.kind == "shim SIGSTOP" else 1.0)
             assert lived_on >= least, f"{fault.kind}: killed {lived_on:.3f} s after SIGTERM"
 
 
