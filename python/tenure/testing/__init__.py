@@ -7,6 +7,10 @@ checks of what clients were told against what the database kept.
   area, runnable as ``python -m tenure.testing.<area>``, and its process wrapper.
 - ``history``: terms and fenced writes read back and checked (no two primaries, terms
   only grow, every write inside its writer's term).
+- ``supervise``: ``tenure elect --exec`` and ``tenure claim run --exec`` shims as
+  processes, a watch of when their commands die, the faults and the checks of the
+  commands' own logs; ``fenced_child``: the command they run (a script of psycopg and the
+  standard library that fences a write with the grant in its environment).
 - ``ledger``: the simulated gossip ledger the batch queue submits to.
 - ``procs``: the process bookkeeping of the harnesses (process trees, a reaper, a
   watchdog); ``patroni``: a real 3-node Patroni cluster on loopback; ``pgbouncer``: a

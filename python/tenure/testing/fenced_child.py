@@ -14,9 +14,9 @@ It logs to ``DIR/PID.jsonl``, one JSON line per event, each with ``mono``
 the host compare) and ``wall`` (``time.time()``): ``start`` first (with its pid and the
 kernel's start time of the process, so a watcher cannot mistake a reused pid for it),
 then ``write`` after each acknowledged commit (``sent``: when the transaction began),
-``refused`` when the fence refused, ``sigterm`` when SIGTERM arrived and ``exit`` as its
-last act when it leaves by itself or on SIGTERM. With ``--ignore-term`` it logs SIGTERM and
-carries on: only SIGKILL ends it.
+``refused`` when the fence refused, ``failed`` on any other error, ``sigterm`` when SIGTERM
+arrived and ``exit`` as its last act, on SIGTERM: it never leaves by itself. With
+``--ignore-term`` it logs SIGTERM and carries on: only SIGKILL ends it.
 """
 
 from __future__ import annotations

@@ -238,10 +238,6 @@ class Shim(ChildProcess):
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signum)
 
-    @property
-    def dead(self) -> bool:
-        return not alive(self.pid)
-
     def exit_status(self, timeout: float) -> int:
         """The shim's exit status, once it and all it left behind are gone (the reaper's)."""
         return self.process.wait(timeout)
@@ -400,12 +396,6 @@ class Fleet:
             what=f"child {child.pid} gone",
         )
         return life
-
-    def renewed_at(self) -> datetime | None:
-        row = self.admin.execute(
-            "SELECT renewed_at FROM tenure.heartbeat WHERE utype = %s", (self.resource,)
-        ).fetchone()
-        return None if row is None else row[0]
 
     # -- faults ---------------------------------------------------------------------------
 
