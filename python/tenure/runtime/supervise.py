@@ -406,6 +406,11 @@ class GrantedCommands:
         """The children there should be now: key -> (held, environment)."""
         raise NotImplementedError
 
+    def _slot(self, key: str) -> str:
+        """What at most one child may run for at a time: a grant's successor (the next term,
+        the key in a new epoch) waits until the child of the grant before it is gone."""
+        return key
+
     def run(self, stop: threading.Event | None = None) -> int:
         """Until ``stop`` is set (default: until SIGTERM or SIGINT) or, without ``restart``, a
         command exits by itself; then every command still running is stopped. Returns the
@@ -432,10 +437,13 @@ class GrantedCommands:
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set() and self._exited is None:
-            running = {child.key for child in self.supervisor.children() if child.terminated is None}
+            # A child being stopped counts until it is reaped: it may live on for the grace,
+            # and its successor would run beside it, this very instance holding both grants
+            # (a term lost on a failed renewal and the next won at once). Its exit wakes us.
+            busy = {self._slot(child.key) for child in self.supervisor.children()}
             wait = RECHECK
             for key, (held, env) in self._wanted().items():
-                if key in running:
+                if self._slot(key) in busy:
                     continue
                 since_exit = time.monotonic() - self._last_exit.get(key, -RESTART_AFTER)
                 if since_exit < RESTART_AFTER:
@@ -473,6 +481,9 @@ class ElectedCommand(GrantedCommands):
         }
         return {f"term {term}": (held, env)}
 
+    def _slot(self, key: str) -> str:
+        return "primary"  # one command at a time, whatever the term
+
 
 class ClaimedCommands(GrantedCommands):
     """``tenure claim run --exec``: one child per key ``claimer`` holds, with
@@ -496,6 +507,9 @@ class ClaimedCommands(GrantedCommands):
             }
             wanted[f"{key} epoch {epoch}"] = (held, env)
         return wanted
+
+    def _slot(self, key: str) -> str:
+        return key.rsplit(" epoch ", 1)[0]  # one command per claim key, whatever the epoch
 
 
 def command_line(words: Sequence[str] | None) -> list[str] | None:
