@@ -19,7 +19,11 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
+import threading
 import time
+import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,9 @@ import psycopg
 import pytest
 
 from tenure.driver import Driver
+from tenure.runtime.supervise import ElectedCommand
 from tenure.testing.database import retire_keyspace
+from tenure.testing.procs import alive
 from tenure.testing.supervise import (
     Fleet,
     check_claim_writes,
@@ -230,3 +236,72 @@ def test_at_most_n_copies_with_claims(
         assert check_claim_writes(admin, keyspace, lives) == []
         fleet.faults = [f for f in fleet.faults if f.kind != "connections killed"]
         assert fleet.check_takeovers(bound=T + I + STARTUP) == []
+
+
+class _Grants:
+    """A stand-in elector whose term the test sets: what ``ElectedCommand`` follows."""
+
+    instance_id = uuid.uuid4()
+    utype = "stand-in"
+
+    def __init__(self) -> None:
+        self.grant: tuple[int, float] | None = None
+        self._followers: list[Callable[[], None]] = []
+
+    def follow(self, callback: Callable[[], None]) -> None:
+        self._followers.append(callback)
+
+    def grant_until(self) -> tuple[int, float] | None:
+        return self.grant
+
+    def set(self, grant: tuple[int, float] | None) -> None:
+        self.grant = grant
+        for callback in self._followers:
+            callback()
+
+
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()} {os.environ['TENURE_TERM']}\\n")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_the_next_terms_command_waits_until_the_last_one_is_dead(tmp_path: Path) -> None:
+    """A command stopped because its term ended may live on for the grace (this one ignores
+    SIGTERM). When the same instance holds the next term at once (it lost a term on a failed
+    renewal and won the next), that term's command must not start before the last one died:
+    two copies would run, both fenced by a live grant of the same instance for a moment."""
+    script, starts = tmp_path / "stubborn.py", tmp_path / "starts"
+    script.write_text(STUBBORN)
+    starts.touch()
+    grants = _Grants()
+    grants.set((1, time.monotonic() + 60))
+    commands = ElectedCommand(
+        grants, [sys.executable, str(script), str(starts)], kill_grace=0.5, restart=False, label="test"
+    )
+    stop = threading.Event()
+    runner = threading.Thread(target=commands.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+
+        def started() -> list[int]:
+            return [int(line.split()[0]) for line in starts.read_text().splitlines()]
+
+        end = time.monotonic() + 20
+        while not started():
+            assert time.monotonic() < end, "the first term's command started"
+            time.sleep(0.01)
+        first = started()[0]
+        grants.set((2, time.monotonic() + 60))  # term 1 lost, term 2 won at once
+        while len(started()) < 2:
+            assert time.monotonic() < end, "the second term's command started"
+            time.sleep(0.005)
+        assert not alive(first), "term 2's command started while term 1's was alive"
+    finally:
+        stop.set()
+        commands.changed()
+        runner.join(10)
