@@ -230,7 +230,6 @@ class Shim(ChildProcess):
             self._instance = UUID(
                 self.wait_for_output(r"(?:instance|claimer) ([0-9a-f-]{36}) \(", 20).group(1)
             )
-            _ = self.pid  # while the shim is the reaper's only child
         return self._instance
 
     def signal(self, signum: int) -> None:
@@ -350,6 +349,7 @@ class Fleet:
         if ignore_term:
             child.append("--ignore-term")
         shim = Shim(command, child, self.workdir / f"{name}.log", name=name)
+        _ = shim.pid  # now, while the shim is its reaper's only child
         self.shims.append(shim)
         return shim
 
