@@ -358,7 +358,9 @@ class Fleet:
         of this fleet still running."""
         for shim in self.shims:
             shim.stop()
-        sweep(self.log_dir, remove=False)
+        # Every process of the fleet names the children's log directory, WORKDIR/children,
+        # on its command line; sweep looks for WORKDIR/ in them.
+        sweep(self.workdir, remove=False)
 
     def shim_of(self, instance: UUID) -> Shim:
         return next(shim for shim in self.shims if shim.instance_id == instance)
