@@ -86,6 +86,19 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pool_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The submission pool's options from the command line, whoever submits."""
+    return {
+        "submitters": args.submitters,
+        "depth": args.depth,
+        "cycle": args.cycle,
+        "expiry": args.expiry,
+        "poll_interval": args.poll_interval,
+        "listen": not args.no_listen,
+        "name": args.name,
+    }
+
+
 def cmd_batch_run(args: argparse.Namespace) -> int:
     if args.http is not None:
         return _run_http(args)
@@ -98,17 +111,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    options: dict[str, Any] = {
-        "submit": submit,
-        "status": status,
-        "submitters": args.submitters,
-        "depth": args.depth,
-        "cycle": args.cycle,
-        "expiry": args.expiry,
-        "poll_interval": args.poll_interval,
-        "listen": not args.no_listen,
-        "name": args.name,
-    }
+    options = {"submit": submit, "status": status, **_pool_options(args)}
     if inspect.iscoroutinefunction(submit) or inspect.iscoroutinefunction(status):
         asyncio.run(_run_async(args, options))  # coroutines: an AsyncSubmissionPool on asyncio
         return 0
@@ -132,16 +135,7 @@ def _run_http(args: argparse.Namespace) -> int:
     if not args.http_timeout > 0:
         print(f"tenure: --http-timeout must be positive, got {args.http_timeout}", file=sys.stderr)
         return 2
-    options: dict[str, Any] = {
-        "submitters": args.submitters,
-        "depth": args.depth,
-        "cycle": args.cycle,
-        "expiry": args.expiry,
-        "poll_interval": args.poll_interval,
-        "listen": not args.no_listen,
-        "name": args.name,
-    }
-    asyncio.run(_run_async(args, options, handler=args.http))
+    asyncio.run(_run_async(args, _pool_options(args), handler=args.http))
     return 0
 
 
