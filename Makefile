@@ -1,5 +1,6 @@
 # make demo   the main job: three instances elect a primary, the primary is killed,
-#             a timeline shows the takeover (throwaway local PostgreSQL 15); then tasks,
+#             a timeline shows the takeover (throwaway local PostgreSQL 15); then a command
+#             under `tenure elect --exec` hands over when its shim is killed; then tasks,
 #             claims, the batch queue, three replicas behind HAProxy (the active one killed);
 #             last, the database itself fails over under running services (3-node Patroni)
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
