@@ -10,7 +10,7 @@ from tenure.cli.common import Command, address, say, subcommands
 from tenure.driver import Driver
 from tenure.http.replica import ReplicaServer
 from tenure.runtime.replicas import ReplicaManager
-from tenure.runtime.shutdown import shutdown_signals
+from tenure.runtime.shutdown import SIGNAL_CHECK, shutdown_signals
 
 EXAMPLES = {
     "run": "example: tenure replica run --db postgresql://app@db/prod --http 127.0.0.1:8081 --interval 0.5",
@@ -47,7 +47,8 @@ def cmd_replica_run(args: argparse.Namespace) -> int:
                 "" if answer is None or answer.acquired else f"; active: {answer.replica} (pid {answer.pid})"
             )
             say(f"lock id {manager.lock_id}{who}")
-        stop.wait()
+        while not stop.wait(SIGNAL_CHECK):  # a bounded wait: see wait_for_shutdown
+            pass
         say("shutting down: releasing the lock")
         if server is not None:
             server.stop()

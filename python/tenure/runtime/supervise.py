@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from tenure.errors import InvalidConfiguration
+from tenure.runtime.shutdown import SIGNAL_CHECK, shutdown_signals
 
 log = logging.getLogger(__name__)
 
@@ -416,8 +417,6 @@ class GrantedCommands:
         command exits by itself; then every command still running is stopped. Returns the
         exit status of the command that exited by itself, else of the last one stopped (0
         when none ran): what the shim exits with."""
-        from tenure.runtime.shutdown import shutdown_signals
-
         with contextlib.ExitStack() as stack:
             if stop is None:
                 stop = stack.enter_context(shutdown_signals())
@@ -456,7 +455,9 @@ class GrantedCommands:
                     raise InvalidConfiguration(f"--exec: cannot start {command!r}: {error}") from error
             with self._changed:
                 if not stop.is_set():
-                    self._changed.wait(wait)
+                    # Bounded by SIGNAL_CHECK: a signal the kernel handed to another thread
+                    # runs its handler (which sets stop) only when this main thread wakes.
+                    self._changed.wait(min(wait, SIGNAL_CHECK))
 
 
 class ElectedCommand(GrantedCommands):
