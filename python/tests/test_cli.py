@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tenure import Driver
@@ -302,3 +303,41 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
             watch.kill()
     assert watch.returncode == 0
     assert output.count("tenure status at") >= 2, "it refreshes"
+
+
+def test_a_command_facing_a_silent_database_fails_with_one_line_within_its_bound(app_conninfo: str) -> None:
+    """A server that accepts the connection and never answers (a paused network, a frozen
+    server: the kernel still acknowledges TCP) costs a command --db-timeout, not for ever,
+    whether it falls silent before the connection is made or during a statement."""
+    from proxy import PausingProxy
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from tenure.cli.common import admin_connection
+
+    params = conninfo_to_dict(app_conninfo)
+    with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:
+        via_proxy = make_conninfo(app_conninfo, host="127.0.0.1", port=proxy.port)
+        proxy.pause()
+        began = time.monotonic()
+        result = subprocess.run(
+            [*TENURE, "--db-timeout", "2", "status", "--db", via_proxy],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        took = time.monotonic() - began
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.startswith("tenure: cannot reach the database"), result.stderr
+        assert took < 15, took
+        proxy.resume()
+        # Silent during a statement: the watchdog abandons the socket at the bound.
+        args = argparse.Namespace(db=via_proxy, db_timeout=2.0, command="status")
+        began = time.monotonic()
+        with (
+            pytest.raises(psycopg.OperationalError, match="no answer within 2 s"),
+            admin_connection(args) as connection,
+        ):
+            connection.execute("SELECT 1")
+            proxy.pause()
+            connection.execute("SELECT 2")
+        assert time.monotonic() - began < 10

@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         "libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime does")
+    parser.add_argument(
+        "--db-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a command that reads or repairs state waits for the database: to connect, for each "
+        "statement and for the whole command (30)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

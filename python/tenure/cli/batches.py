@@ -16,9 +16,8 @@ import uuid
 from typing import Any
 
 import httpx
-import psycopg
 
-from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.cli.common import Command, address, admin_connection, metrics_server, say, subcommands
 from tenure.driver import Driver
 from tenure.http.batches import handler_pool
 from tenure.runtime.batches import AsyncSubmissionPool, SubmissionPool, Submissions
@@ -38,7 +37,7 @@ EXAMPLES = {
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         driver = Driver(connection)
         if args.batch_command == "configure":
             driver.batch_configure(

@@ -6,9 +6,15 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
-
-from tenure.cli.common import Command, address, exec_options, metrics_server, say, subcommands
+from tenure.cli.common import (
+    Command,
+    address,
+    admin_connection,
+    exec_options,
+    metrics_server,
+    say,
+    subcommands,
+)
 from tenure.driver import Driver
 from tenure.http.claims import ClaimsEndpoint
 from tenure.runtime.claims import Claimer
@@ -25,7 +31,7 @@ EXAMPLES = {
 
 
 def cmd_claim(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         driver = Driver(connection)
         if args.claim_command == "register":
             print(f"{driver.claim_register(args.keyspace, args.keys)} keys registered in {args.keyspace}")

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
+import psycopg
+
+from tenure.connect import Deadlines, connect
 from tenure.metrics import Metrics, MetricsServer
 
 Command = Callable[[str, str], argparse.ArgumentParser]  # (name, help) -> its parser
@@ -50,6 +55,32 @@ def address(text: str) -> tuple[str, int]:
     if not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 0 to 65535, got {text!r}")
     return host or "127.0.0.1", int(port)
+
+
+@contextmanager
+def admin_connection(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
+    """The connection of a command that reads or repairs state, bounded as the runtimes' are:
+    ``tenure --db-timeout`` seconds (30) for the connect, each statement (statement_timeout),
+    unacknowledged TCP data and keepalives, and a watchdog that abandons the socket when the
+    block overruns it: a frozen server, which acknowledges TCP and runs no timeout of its
+    own, would otherwise hold the command for ever."""
+    timeout = args.db_timeout
+    deadlines = Deadlines(f"tenure {args.command}")
+    started = time.monotonic()
+    try:
+        with (
+            connect(args.db, application_name=f"tenure {args.command}", deadline=timeout) as connection,
+            deadlines.bounded(connection, timeout),
+        ):
+            yield connection
+    except psycopg.OperationalError as error:
+        if time.monotonic() - started < timeout - 0.1:
+            raise
+        raise psycopg.OperationalError(
+            f"no answer within {timeout:g} s (tenure --db-timeout SECONDS to wait longer): {error}"
+        ) from error
+    finally:
+        deadlines.close()
 
 
 def say(message: str) -> None:

@@ -6,9 +6,7 @@ import argparse
 import contextlib
 import sys
 
-import psycopg
-
-from tenure.cli.common import Command, address, exec_options, say
+from tenure.cli.common import Command, address, admin_connection, exec_options, say
 from tenure.driver import Driver
 from tenure.http.primary import PrimaryEndpoint, PrimaryWatch, ask_primary
 from tenure.runtime.heartbeat import Elector
@@ -59,7 +57,7 @@ def cmd_elect(args: argparse.Namespace) -> int:
 
 
 def cmd_primary(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         entry = Driver(connection).get_primary(args.utype)
     if entry is None:
         print(f"{args.utype}: no live primary")

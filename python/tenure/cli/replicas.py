@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import psycopg
-
-from tenure.cli.common import Command, address, say, subcommands
+from tenure.cli.common import Command, address, admin_connection, say, subcommands
 from tenure.driver import Driver
 from tenure.http.replica import ReplicaServer
 from tenure.runtime.replicas import ReplicaManager
@@ -57,7 +55,7 @@ def cmd_replica_run(args: argparse.Namespace) -> int:
 
 
 def cmd_replica_status(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         driver = Driver(connection)
         rows = (
             driver.replicas()

@@ -7,9 +7,7 @@ import dataclasses
 import json
 from datetime import datetime
 
-import psycopg
-
-from tenure.cli.common import Command, subcommands
+from tenure.cli.common import Command, admin_connection, subcommands
 from tenure.driver import Driver, ScheduleInfo, ScheduleRow
 
 EXAMPLES = {
@@ -58,7 +56,7 @@ def _info_line(verb: str, info: ScheduleInfo) -> str:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         driver = Driver(connection)
         command = args.schedule_command
         if command == "list":

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.cli.common import Command
+from tenure.cli.common import Command, admin_connection
 from tenure.driver import Driver
 from tenure.runtime.shutdown import shutdown_signals
 
@@ -152,9 +152,10 @@ def render(status: Status) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection, shutdown_signals() as stop:
+    with shutdown_signals() as stop:
         while True:
-            status = collect(connection)
+            with admin_connection(args) as connection:  # a connection per refresh: a restart is no error
+                status = collect(connection)
             if args.json:
                 print(json.dumps(status.as_json(), indent=2), flush=True)
             else:

@@ -14,9 +14,7 @@ import uuid
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-import psycopg
-
-from tenure.cli.common import Command, address, metrics_server, say, subcommands
+from tenure.cli.common import Command, address, admin_connection, metrics_server, say, subcommands
 from tenure.driver import Driver, TaskRow
 from tenure.errors import InvalidConfiguration
 from tenure.runtime.shutdown import wait_for_shutdown
@@ -47,7 +45,7 @@ def _task_line(row: TaskRow) -> str:
 
 
 def cmd_task(args: argparse.Namespace) -> int:
-    with psycopg.connect(args.db, autocommit=True) as connection:
+    with admin_connection(args) as connection:
         driver = Driver(connection)
         if args.task_command == "enqueue":
             data = json.loads(args.data) if args.data else None
