@@ -7,6 +7,7 @@ against a one-row INSERT; wake-up latency from enqueue to lease against a bare N
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -338,18 +339,10 @@ def shim_throughput(
     for label, handled_by in runs:
         fill(admin, "tenure.task", backlog)
         logs = workdir / f"shim-{label.split()[0].strip('-')}"
-        if handled_by is None:
-            with noop_http_handler(workdir / "shim-http-handler.log") as url:
-                rate = worker_rate(
-                    admin,
-                    conninfo,
-                    workers=1,
-                    concurrency=concurrency,
-                    seconds=seconds,
-                    logs=logs,
-                    handled_by=("--kind", TASK_KIND, "--http", url),
-                )
-        else:
+        with contextlib.ExitStack() as handler:
+            if handled_by is None:  # --http: a no-op handler of its own, for this run only
+                url = handler.enter_context(noop_http_handler(workdir / "shim-http-handler.log"))
+                handled_by = ("--kind", TASK_KIND, "--http", url)
             rate = worker_rate(
                 admin,
                 conninfo,
