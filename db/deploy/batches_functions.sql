@@ -2,6 +2,6 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
-\ir ../procedures/batches.sql
+\ir ../procedures/batches@v0.2.0.sql
 
 COMMIT;

@@ -2,6 +2,6 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
-\ir ../procedures/replicas.sql
+\ir ../procedures/replicas@v0.2.0.sql
 
 COMMIT;

@@ -105,6 +105,6 @@ COMMENT ON COLUMN tenure.schedule_slot.name IS 'the schedule';
 COMMENT ON COLUMN tenure.schedule_slot.slot IS 'the slot the task is for (also in the task''s data as "slot")';
 COMMENT ON COLUMN tenure.schedule_slot.task_id IS 'the task';
 
-\ir ../procedures/schedules.sql
+\ir ../procedures/schedules@v0.2.0.sql
 
 COMMIT;

@@ -70,6 +70,20 @@ def project_dir() -> Path:
     )
 
 
+def plan_release() -> str:
+    """The schema this package deploys: its plan's last release tag, and how many changes follow it."""
+    try:
+        lines = (project_dir() / "sqitch.plan").read_text().splitlines()
+    except SqitchMissing:
+        return "no sqitch project"
+    entries = [line.split()[0] for line in lines if line and not line.startswith(("%", "#"))]
+    tags = [index for index, name in enumerate(entries) if name.startswith("@")]
+    if not tags:
+        return f"{len(entries)} changes, no release tag"
+    after = len(entries) - tags[-1] - 1
+    return entries[tags[-1]] + (f" and {after} change{'s' * (after != 1)} after it" if after else "")
+
+
 def sqitch_environment(conninfo: str) -> dict[str, str]:
     """The environment for sqitch: this process's, with the conninfo's parameters as PG* variables."""
     try:

@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 import tempfile
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 import psycopg
@@ -29,7 +30,7 @@ from tenure.cli import (
     tasks,
 )
 from tenure.cli.common import address, db_option
-from tenure.deploy import SqitchMissing
+from tenure.deploy import SqitchMissing, plan_release
 from tenure.errors import TenureError
 
 EXAMPLES = {
@@ -92,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="High availability for services that share one PostgreSQL database.",
         epilog="The database is given by --db (a conninfo string or URL), else $TENURE_DB, else the "
         "libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tenure {package_version('tenure')} (schema: sqitch plan {plan_release()})",
+        help="print the package's version and the schema release it deploys, and exit",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime does")
     parser.add_argument(

@@ -1,0 +1,1156 @@
+-- Lease-based tasks. Each public function is a SECURITY DEFINER wrapper over an
+-- internal one that takes the time to act at (p_now, NULL = the server's clock). The
+-- wrappers are PL/pgSQL: a SQL function with SET is parsed and planned on every call.
+--
+-- Every write that only the lease holder may make matches (id, owner, epoch) and a
+-- lease that has not run out in one UPDATE; when nothing matched, _task_refuse says
+-- why with TN201 (no such task) or TN102 (lease lost).
+
+CREATE OR REPLACE FUNCTION tenure._check_holder(p_function text, p_id uuid, p_owner uuid, p_epoch bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_id', 'must not be NULL', NULL,
+            'Pass the id of the task, as task_acquire returned it.');
+    END IF;
+    PERFORM tenure._check_instance(p_function, 'p_owner', p_owner);
+    IF p_epoch IS NULL OR p_epoch < 1 THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_epoch', 'must be an epoch of at least 1',
+            quote_nullable(p_epoch), 'Pass the epoch that task_acquire or task_eject returned with the lease.');
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._check_delay(p_function text, p_argument text, p_value interval)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR p_value < interval '0' THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be a non-negative interval',
+            quote_nullable(p_value::text), format('Pass a delay such as ''0'' or ''1 minute'' as %s.', p_argument));
+    ELSIF p_value > interval '100 years' THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, 'must be at most 100 years',
+            quote_literal(p_value::text), format('Pass a delay such as ''0'' or ''1 minute'' as %s.', p_argument));
+    END IF;
+END
+$$;
+
+-- Why the holder (p_owner, p_epoch) of task v_task can no longer write it.
+CREATE OR REPLACE FUNCTION tenure._task_lost_detail(
+    v_task tenure.task, p_owner uuid, p_epoch bigint, p_now timestamptz
+) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+               WHEN v_task.status <> 'pending' THEN
+                   format('The task is %s (state %L) since %s.', v_task.status, v_task.state, v_task.finished_at)
+               WHEN v_task.epoch <> p_epoch THEN
+                   format('The task is in epoch %s, held by %s.', v_task.epoch, coalesce(v_task.owner::text, 'nobody'))
+               WHEN v_task.owner IS NULL THEN
+                   format('The lease of epoch %s was released; the task is due at %s.', p_epoch, v_task.next_action)
+               WHEN v_task.owner <> p_owner THEN format('Epoch %s is held by %s.', p_epoch, v_task.owner)
+               ELSE format('The lease ran out at %s (now %s).', v_task.next_action, p_now)
+           END
+$$;
+
+-- Why a holder's write matched no row: the task is unknown (TN201) or the lease is lost (TN102).
+CREATE OR REPLACE FUNCTION tenure._task_refuse(
+    p_function text, p_id uuid, p_owner uuid, p_epoch bigint, p_now timestamptz
+) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+BEGIN
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tenure.%: no task %', p_function, p_id
+            USING ERRCODE = 'TN201',
+                  DETAIL = format('No task has id %s; it may never have existed or have been purged.', p_id),
+                  HINT = 'Check the id; nothing was changed.';
+    END IF;
+    RAISE EXCEPTION 'tenure.%: instance % no longer holds task % in epoch %', p_function, p_owner, p_id, p_epoch
+        USING ERRCODE = 'TN102',
+              DETAIL = tenure._task_lost_detail(v_task, p_owner, p_epoch, p_now),
+              HINT = 'Stop working on this task and discard the result: another instance may own it now.';
+END
+$$;
+
+-- Announcing due tasks ----------------------------------------------------------------
+
+-- A task that becomes due is announced with NOTIFY tenure_task (payload: its kind) only
+-- while a worker waits for that kind: PostgreSQL serialises the commits of every
+-- transaction that sent a notification, so announcing each enqueue to no one capped how
+-- many could commit at once. Workers register by task_cycle's p_wait (_task_wait).
+--
+-- No wake-up is lost between the two: a waiter registers under the exclusive
+-- transaction lock below and then looks for due tasks once more; an announcer takes the
+-- same lock shared after its write, and reads the waiters in a later statement. Either
+-- the announcer committed before the waiter took the lock, and the waiter's second look
+-- (a later snapshot) sees its task; or the announcer took the lock after the waiter
+-- committed, and its read of the waiters (a later snapshot) sees the registration. A
+-- transaction that reads from one snapshot (repeatable read, serializable) cannot rely on
+-- the second, so it always announces.
+CREATE OR REPLACE FUNCTION tenure._task_announce(p_kinds text[], p_now timestamptz)
+RETURNS text[]  -- the kinds announced
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- planning its statements would cost more than running them
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_announced text[];
+BEGIN
+    IF cardinality(p_kinds) = 0 THEN
+        RETURN '{}'::text[];
+    END IF;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtext('tenure.task_wait'), 0);
+        IF NOT EXISTS (SELECT FROM tenure.task_waiter w WHERE w.until > v_now) THEN
+            RETURN '{}'::text[];  -- the common case under load: every worker is busy
+        END IF;
+        v_announced := ARRAY(
+            SELECT DISTINCT k FROM unnest(p_kinds) k
+             WHERE EXISTS (SELECT FROM tenure.task_waiter w
+                            WHERE w.until > v_now AND (w.kinds IS NULL OR k = ANY (w.kinds))));
+    ELSE
+        v_announced := ARRAY(SELECT DISTINCT k FROM unnest(p_kinds) k);
+    END IF;
+    PERFORM pg_notify('tenure_task', k) FROM unnest(v_announced) k;
+    RETURN v_announced;
+END
+$$;
+
+-- Register p_owner as waiting for NOTIFY tenure_task of p_kinds (NULL: any) until
+-- p_until. The caller must look for due tasks again afterwards, in a later statement
+-- (see _task_announce).
+CREATE OR REPLACE FUNCTION tenure._task_wait(p_owner uuid, p_kinds text[], p_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('tenure.task_wait'), 0);
+    INSERT INTO tenure.task_waiter AS w (owner, kinds, until) VALUES (p_owner, p_kinds, p_until)
+    ON CONFLICT (owner) DO UPDATE SET kinds = excluded.kinds, until = excluded.until;
+END
+$$;
+
+-- Enqueue ----------------------------------------------------------------------------
+
+-- What is wrong with a task to enqueue, or NULL: one rule for one task and for many.
+CREATE OR REPLACE FUNCTION tenure._task_input_problem(i tenure._task_input)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN NOT i.is_object THEN 'must be a JSON object'
+                WHEN tenure._blank(i.kind) THEN 'needs a non-empty kind'
+                WHEN length(i.kind) > 200 THEN 'has a kind over 200 characters'
+                WHEN tenure._blank(i.state) THEN 'needs a non-empty state'
+                WHEN length(i.state) > 200 THEN 'has a state over 200 characters'
+                WHEN i.delay IS NULL OR i.delay < interval '0' THEN 'needs a non-negative delay'
+                WHEN i.delay > interval '100 years' THEN 'has a delay over 100 years'
+                WHEN i.max_attempts IS NULL OR i.max_attempts < 1 THEN 'needs max_attempts of at least 1'
+                WHEN i.idempotency_key IS NOT NULL AND tenure._blank(i.idempotency_key)
+                    THEN 'has an empty idempotency_key'
+                WHEN length(i.idempotency_key) > 500 THEN 'has an idempotency_key over 500 characters'
+           END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_refuse_input(p_function text, p_label text, p_input tenure._task_input)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._invalid_argument(p_function, p_label, tenure._task_input_problem(p_input),
+        format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(p_input.kind),
+               quote_nullable(p_input.state), quote_nullable(p_input.delay::text), quote_nullable(p_input.max_attempts)),
+        'Give every task a kind and a state of at most 200 characters (e.g. ''email''), a delay from 0 to 100 years,'
+        || ' max_attempts of at least 1 and an idempotency_key of at most 500 characters.');
+END
+$$;
+
+-- One task: a plain INSERT, and a lookup by index only when the id or key existed.
+CREATE OR REPLACE FUNCTION tenure._task_enqueue(
+    p_kind text, p_data jsonb, p_state text, p_delay interval, p_id uuid, p_idempotency_key text,
+    p_max_attempts integer, p_now timestamptz
+) RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._task_input := (1::bigint, coalesce(p_id, gen_random_uuid()), p_kind, coalesce(p_data, '{}'), p_state,
+                                   p_delay, p_idempotency_key, p_max_attempts, true);
+    v_done tenure.task_enqueued;
+BEGIN
+    IF tenure._task_input_problem(v_input) IS NOT NULL THEN
+        PERFORM tenure._task_refuse_input('task_enqueue', 'the task', v_input);
+    END IF;
+    PERFORM tenure._durable();
+    INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+                                  created_at, last_change, last_action, next_action)
+    VALUES (v_input.id, p_kind, p_state, v_input.data, p_max_attempts, p_idempotency_key,
+            v_now, v_now, v_now, v_now + p_delay)
+    ON CONFLICT DO NOTHING
+    RETURNING t.id, t.kind, true, t.next_action INTO v_done;
+    IF FOUND THEN
+        IF p_delay = interval '0' THEN
+            PERFORM tenure._task_announce(ARRAY[p_kind], v_now);
+        END IF;
+        RETURN NEXT v_done;
+        RETURN;
+    END IF;
+    -- A new statement, so a new snapshot: a task that a concurrent enqueue with the
+    -- same id or key committed while ours waited on it is visible now.
+    RETURN QUERY
+        SELECT t.id, t.kind, false, t.next_action
+          FROM tenure.task t
+         WHERE t.id = p_id OR t.idempotency_key = p_idempotency_key
+         LIMIT 1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_enqueue_many(p_tasks jsonb, p_now timestamptz, p_function text)
+RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_input tenure._task_input[];
+    v_bad tenure._task_input;
+    v_field record;
+    v_created uuid[];
+BEGIN
+    IF p_tasks IS NULL OR jsonb_typeof(p_tasks) <> 'array' THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'must be a JSON array of task objects',
+            quote_nullable(left(p_tasks::text, 100)),
+            'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts.');
+    END IF;
+    -- Each field must have its JSON type: an object is no kind, [1] no delay.
+    SELECT e.ord, f.key INTO v_field
+      FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
+           LATERAL jsonb_each(CASE jsonb_typeof(e.task) WHEN 'object' THEN e.task ELSE '{}' END) AS f(key, value)
+     WHERE jsonb_typeof(f.value) <> 'null'
+       AND CASE f.key WHEN 'kind' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'state' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'id' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'idempotency_key' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'delay' THEN jsonb_typeof(f.value) NOT IN ('string', 'number')
+                      WHEN 'max_attempts' THEN jsonb_typeof(f.value) <> 'number'
+                      ELSE false END
+     ORDER BY e.ord, f.key
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._invalid_argument(p_function, format('task %s', v_field.ord),
+            format('has a %s that is not a JSON %s', v_field.key,
+                   CASE v_field.key WHEN 'delay' THEN 'string or number (of seconds)'
+                                    WHEN 'max_attempts' THEN 'number' ELSE 'string' END),
+            'see the task at that position',
+            'kind, state, id and idempotency_key are strings, delay a string such as ''30 seconds'' (or a number'
+            || ' of seconds), max_attempts an integer.');
+    END IF;
+    BEGIN
+        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind,
+                          CASE WHEN jsonb_typeof(e.task) <> 'object' THEN '{}'
+                               WHEN e.task ? 'data' THEN e.task -> 'data' ELSE '{}' END,
+                          coalesce(r.state, 'new'), coalesce(r.delay, interval '0'), r.idempotency_key,
+                          coalesce(r.max_attempts, 5), jsonb_typeof(e.task) = 'object')::tenure._task_input
+                         ORDER BY e.ord)
+          INTO v_input
+          FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
+               LATERAL jsonb_to_record(CASE jsonb_typeof(e.task) WHEN 'object' THEN e.task ELSE '{}' END)
+                   AS r(kind text, data jsonb, state text, delay interval, id uuid, idempotency_key text,
+                        max_attempts integer);
+    EXCEPTION WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
+                   OR interval_field_overflow OR numeric_value_out_of_range OR invalid_parameter_value THEN
+        PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'has a value of the wrong type', SQLERRM,
+            'id must be a uuid, delay an interval such as ''30 seconds'', max_attempts an integer.');
+    END;
+
+    SELECT * INTO v_bad FROM unnest(v_input) i WHERE tenure._task_input_problem(i) IS NOT NULL ORDER BY i.ord LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._task_refuse_input(p_function, format('task %s', v_bad.ord), v_bad);
+    END IF;
+    PERFORM tenure._durable();
+
+    WITH inserted AS (
+        INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+                                      created_at, last_change, last_action, next_action)
+        SELECT i.id, i.kind, i.state, i.data, i.max_attempts, i.idempotency_key,
+               v_now, v_now, v_now, v_now + i.delay
+          FROM unnest(v_input) i
+         ORDER BY i.ord
+        ON CONFLICT DO NOTHING
+        RETURNING t.id
+    )
+    SELECT coalesce(array_agg(n.id), '{}') INTO v_created FROM inserted n;
+
+    -- Rows this call created are answered from the input. The others are looked up
+    -- by index, in a new statement and so a new snapshot: a task that a concurrent
+    -- enqueue with the same id or key committed while ours waited on it is visible.
+    RETURN QUERY
+    WITH input AS (
+        SELECT i.*, row_number() OVER (PARTITION BY i.id ORDER BY i.ord) = 1 AS first_of_id
+          FROM unnest(v_input) i
+    ), created AS (
+        SELECT c.id FROM unnest(v_created) c(id)
+    )
+    SELECT r.id, r.kind, r.created, r.next_action
+      FROM (
+          SELECT i.ord, i.id, i.kind, true AS created, v_now + i.delay AS next_action
+            FROM input i JOIN created c ON c.id = i.id
+           WHERE i.first_of_id
+          UNION ALL
+          SELECT i.ord, found.id, found.kind, false, found.next_action
+            FROM input i
+            LEFT JOIN created c ON c.id = i.id AND i.first_of_id
+            CROSS JOIN LATERAL (
+                (SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.id = i.id
+                 UNION ALL
+                 SELECT t.id, t.kind, t.next_action FROM tenure.task t WHERE t.idempotency_key = i.idempotency_key)
+                LIMIT 1
+            ) found
+           WHERE c.id IS NULL
+      ) r
+     ORDER BY r.ord;
+
+    PERFORM tenure._task_announce(ARRAY(SELECT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0'), v_now);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_enqueue(
+    p_kind text, p_data jsonb DEFAULT '{}', p_state text DEFAULT 'new', p_delay interval DEFAULT '0',
+    p_id uuid DEFAULT NULL, p_idempotency_key text DEFAULT NULL, p_max_attempts integer DEFAULT 5
+) RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer) IS
+$$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
+p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
+A task due now is announced with NOTIFY tenure_task (payload: the kind) while a worker waits for its kind (see task_cycle's p_wait). p_max_attempts (default 5) bounds failed attempts before the task is dead.
+Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, or an idempotency key that is empty or over 500 characters.$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
+RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 'task_enqueue_many'); END $$;
+
+COMMENT ON FUNCTION tenure.task_enqueue_many(jsonb) IS
+$$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts.
+Returns one row per input task, in input order, with created = false for those whose id or key already existed.
+Errors: TN001 naming the first bad task (not an object, no kind, negative delay, ...); nothing is enqueued then.$$;
+
+-- Acquire ---------------------------------------------------------------------------
+
+-- The arguments of a request for leases: p_limit from p_least (1, or 0 for task_cycle) to 10000.
+CREATE OR REPLACE FUNCTION tenure._task_check_take(
+    p_function text, p_owner uuid, p_lease interval, p_limit integer, p_least integer, p_kinds text[]
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_owner IS NULL OR p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '100 years' OR p_limit IS NULL
+       OR p_limit NOT BETWEEN p_least AND 10000 OR cardinality(p_kinds) = 0
+       OR (CASE WHEN array_ndims(p_kinds) > 1 THEN true ELSE array_position(p_kinds, NULL) IS NOT NULL END) THEN
+        PERFORM tenure._check_instance(p_function, 'p_owner', p_owner);
+        PERFORM tenure._check_duration(p_function, 'p_lease', p_lease);
+        IF p_limit IS NULL OR p_limit NOT BETWEEN p_least AND 10000 THEN
+            PERFORM tenure._invalid_argument(p_function, 'p_limit', format('must be between %s and 10000', p_least),
+                quote_nullable(p_limit), 'Ask for as many tasks as this instance has free slots.');
+        END IF;
+        PERFORM tenure._invalid_argument(p_function, 'p_kinds',
+            'must be NULL (any kind) or a non-empty one-dimensional array of kinds',
+            quote_nullable(p_kinds::text), 'Pass NULL or ARRAY[''email'', ...] without NULL elements.');
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_acquire(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._task_check_take('task_acquire', p_owner, p_lease, p_limit, 1, p_kinds);
+    PERFORM tenure._durable();
+    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now);
+END
+$$;
+
+-- Lease up to p_limit due tasks to p_owner (arguments already checked).
+--
+-- Every statement here has one plan for every call (a generic plan): planning them per
+-- call cost a sixth of a busy worker's database time. That is why the due tasks are
+-- found by one of three statements (any kind, one kind by its own index, several kinds)
+-- and leased by a second statement over their ids, instead of one statement whose
+-- generic plan cannot see how few rows LIMIT asks for.
+CREATE OR REPLACE FUNCTION tenure._task_take(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_wanted integer := p_limit;
+    v_ids uuid[];
+    v_leases tenure.task_lease[];
+    v_died bigint;
+BEGIN
+    -- SKIP LOCKED skips a task held by a fenced transaction, and the lease times are
+    -- read per row after the row lock, so a new lease always begins after every write
+    -- fenced by the previous one committed. A leased task is due only once its lease
+    -- is past (the holder may still write at next_action itself). Tasks that die here
+    -- do not count against p_limit: look again for the rest.
+    LOOP
+        IF p_kinds IS NULL THEN
+            v_ids := ARRAY(SELECT t.id FROM tenure.task t
+                            WHERE t.status = 'pending' AND t.next_action <= v_now
+                              AND (t.owner IS NULL OR t.next_action < v_now)
+                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+        ELSIF cardinality(p_kinds) = 1 THEN
+            v_ids := ARRAY(SELECT t.id FROM tenure.task t
+                            WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.next_action <= v_now
+                              AND (t.owner IS NULL OR t.next_action < v_now)
+                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+        ELSE
+            v_ids := ARRAY(SELECT t.id FROM tenure.task t
+                            WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.next_action <= v_now
+                              AND (t.owner IS NULL OR t.next_action < v_now)
+                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+        END IF;
+        EXIT WHEN cardinality(v_ids) = 0;
+        WITH taken AS (
+            UPDATE tenure.task AS t
+               SET owner       = CASE WHEN d.dies THEN NULL ELSE p_owner END,
+                   epoch       = CASE WHEN d.dies THEN t.epoch ELSE t.epoch + 1 END,
+                   status      = CASE WHEN d.dies THEN 'dead' ELSE 'pending' END,
+                   leased_at   = CASE WHEN d.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) END,
+                   next_action = CASE WHEN d.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) + p_lease END,
+                   finished_at = CASE WHEN d.dies THEN coalesce(p_now, clock_timestamp()) END,
+                   last_action = coalesce(p_now, clock_timestamp()),
+                   -- A lease that ran out without a word was a failed attempt.
+                   attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
+                   last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
+                                      ELSE format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
+                                 END
+              FROM (SELECT x.id, x.owner IS NOT NULL AND x.attempts + 1 >= x.max_attempts AS dies, x.next_action AS due_at
+                      FROM tenure.task x WHERE x.id = ANY (v_ids)) d
+             WHERE t.id = d.id
+            RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.status, t.owner, t.leased_at,
+                      d.due_at
+        ), logged AS (
+            INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how, generation)
+            SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired', (SELECT tenure._current_generation())  -- once per call
+              FROM taken k WHERE k.status = 'pending'
+        )
+        SELECT coalesce(array_agg((k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action)::tenure.task_lease
+                                  ORDER BY k.due_at) FILTER (WHERE k.status = 'pending'), '{}'),
+               count(*) FILTER (WHERE k.status = 'dead')
+          INTO v_leases, v_died
+          FROM taken k;
+        RETURN QUERY SELECT * FROM unnest(v_leases);
+        v_wanted := v_wanted - cardinality(v_leases);
+        EXIT WHEN v_died = 0 OR v_wanted = 0;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_acquire(
+    p_owner uuid, p_lease interval, p_limit integer DEFAULT 1, p_kinds text[] DEFAULT NULL
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
+$$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
+Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
+Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
+Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
+
+-- Writes by the lease holder -----------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._task_extend(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_lease interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_until timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_extend', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_duration('task_extend', 'p_lease', p_lease);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET next_action = v_now + p_lease, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action INTO v_until;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_extend', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_extend(p_id uuid, p_owner uuid, p_epoch bigint, p_lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_extend(p_id, p_owner, p_epoch, p_lease, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_extend(uuid, uuid, bigint, interval) IS
+$$Push the lease of task p_id forward to now + p_lease. Only the holder may: (p_owner, p_epoch) must match and the lease must not have run out.
+Returns the new end of the lease.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_update(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb, p_lease interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_until timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_update', p_id, p_owner, p_epoch);
+    IF p_state IS NULL AND p_data IS NULL THEN
+        PERFORM tenure._invalid_argument('task_update', 'p_state and p_data', 'must not both be NULL', NULL,
+            'Pass the new state, the new data, or both; use task_extend to only extend the lease.');
+    END IF;
+    IF p_state IS NOT NULL THEN
+        PERFORM tenure._check_name('task_update', 'p_state', p_state);
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        PERFORM tenure._check_duration('task_update', 'p_lease', p_lease);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET state = coalesce(p_state, t.state), data = coalesce(p_data, t.data),
+           next_action = CASE WHEN p_lease IS NULL THEN t.next_action ELSE v_now + p_lease END,
+           last_change = v_now, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action INTO v_until;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_update', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_update(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb DEFAULT NULL, p_lease interval DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_update(p_id, p_owner, p_epoch, p_state, p_data, p_lease, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_update(uuid, uuid, bigint, text, jsonb, interval) IS
+$$Store a state transition (p_state) and/or new data (p_data, replacing the old) of task p_id under the caller's lease, in one call; with p_lease, also extend the lease to now + p_lease.
+Returns the end of the lease. Do it in the same transaction as the application's own writes of that step to make the step happen exactly once.
+Errors: TN001 on NULL or invalid arguments (both p_state and p_data NULL included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_release(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval, p_state text, p_data jsonb, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_due timestamptz;
+    v_kind text;
+BEGIN
+    PERFORM tenure._check_holder('task_release', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_delay('task_release', 'p_delay', p_delay);
+    IF p_state IS NOT NULL THEN
+        PERFORM tenure._check_name('task_release', 'p_state', p_state);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET owner = NULL, leased_at = NULL, next_action = v_now + p_delay, last_action = v_now,
+           state = coalesce(p_state, t.state), data = coalesce(p_data, t.data),
+           last_change = CASE WHEN p_state IS NULL AND p_data IS NULL THEN t.last_change ELSE v_now END
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.next_action, t.kind INTO v_due, v_kind;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_release', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    IF p_delay = interval '0' THEN
+        PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
+    END IF;
+    RETURN v_due;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_release(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval DEFAULT '0', p_state text DEFAULT NULL,
+    p_data jsonb DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state, p_data, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb) IS
+$$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task while a worker waits for its kind.
+Returns when the task is next due.
+Errors: TN001 on NULL or invalid arguments (a negative delay included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_complete(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    PERFORM tenure._check_holder('task_complete', p_id, p_owner, p_epoch);
+    PERFORM tenure._check_name('task_complete', 'p_state', p_state);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET status = 'done', state = p_state, data = coalesce(p_data, t.data), owner = NULL, leased_at = NULL,
+           next_action = NULL, finished_at = v_now, last_change = v_now, last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_complete', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    RETURN v_now;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_complete(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_state text DEFAULT 'done', p_data jsonb DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_complete(p_id, p_owner, p_epoch, p_state, p_data, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_complete(uuid, uuid, bigint, text, jsonb) IS
+$$Finish task p_id under the caller's lease: status done, final state p_state (default 'done'), optionally final data p_data. The task is kept for inspection until task_purge removes it.
+Returns the time it finished.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+-- The default wait after a failed attempt: 1 s, 2 s, 4 s, ... after the 1st, 2nd, 3rd
+-- failure (p_attempts failures before it), at most 1 hour.
+CREATE OR REPLACE FUNCTION tenure._task_backoff(p_attempts integer)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT least(interval '1 second' * power(2, least(p_attempts, 12)), interval '1 hour') $$;
+
+CREATE OR REPLACE FUNCTION tenure._task_fail(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval, p_now timestamptz
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_task tenure.task;
+BEGIN
+    PERFORM tenure._check_holder('task_fail', p_id, p_owner, p_epoch);
+    IF tenure._blank(p_error) THEN
+        PERFORM tenure._invalid_argument('task_fail', 'p_error', 'must describe the failure',
+            quote_nullable(p_error), 'Pass the error message; it is kept in last_error.');
+    END IF;
+    IF p_retry_delay IS NOT NULL THEN
+        PERFORM tenure._check_delay('task_fail', 'p_retry_delay', p_retry_delay);
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET attempts = t.attempts + 1, last_error = p_error, owner = NULL, leased_at = NULL,
+           status = CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+           next_action = CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
+                              ELSE v_now + coalesce(p_retry_delay, tenure._task_backoff(t.attempts))
+                         END,
+           finished_at = CASE WHEN t.attempts + 1 >= t.max_attempts THEN v_now END,
+           last_action = v_now
+     WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
+       AND t.next_action >= v_now
+    RETURNING t.* INTO v_task;
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_fail', p_id, p_owner, p_epoch, v_now);
+    END IF;
+    IF v_task.next_action = v_now THEN
+        PERFORM tenure._task_announce(ARRAY[v_task.kind], v_now);
+    END IF;
+    RETURN v_task.next_action;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_fail(
+    p_id uuid, p_owner uuid, p_epoch bigint, p_error text, p_retry_delay interval DEFAULT NULL
+) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_fail(p_id, p_owner, p_epoch, p_error, p_retry_delay, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_fail(uuid, uuid, bigint, text, interval) IS
+$$Record a failed attempt of task p_id under the caller's lease, with the error p_error. The task is due again after p_retry_delay, or by default after an exponential backoff (1 s, 2 s, 4 s, ... at most 1 hour); once attempts reach max_attempts it is dead instead, for an operator to list and task_requeue.
+Returns when the task is next due, or NULL when it is dead.
+Errors: TN001 on NULL or invalid arguments (an empty error included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_fence(p_id uuid, p_owner uuid, p_epoch bigint, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+    v_now timestamptz;
+BEGIN
+    PERFORM tenure._check_holder('task_fence', p_id, p_owner, p_epoch);
+    -- The share lock keeps task_acquire (SKIP LOCKED) and task_eject off the task
+    -- until the caller's transaction ends.
+    PERFORM tenure._durable();  -- the fenced write commits as durably as the lease
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR KEY SHARE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND OR v_task.owner IS DISTINCT FROM p_owner OR v_task.epoch <> p_epoch
+       OR v_task.status <> 'pending' OR v_task.next_action < v_now THEN
+        PERFORM tenure._task_refuse('task_fence', p_id, p_owner, p_epoch, v_now);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_fence(p_id uuid, p_owner uuid, p_epoch bigint)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN PERFORM tenure._task_fence(p_id, p_owner, p_epoch, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_fence(uuid, uuid, bigint) IS
+$$Fence an application write: call it inside the transaction that makes the write; it raises TN102 (lease_lost) unless p_owner holds task p_id in epoch p_epoch under a lease that has not run out, and otherwise keeps any other instance from taking the task until that transaction ends.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 when the caller no longer holds the lease.$$;
+
+-- One worker round trip -----------------------------------------------------------------
+
+-- Whether v (a JSON value, SQL NULL when absent) is a number of seconds from 0 to 100 years
+-- (or, with p_null_ok, JSON null or absent).
+CREATE OR REPLACE FUNCTION tenure._seconds_value(v jsonb, p_null_ok boolean)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN v IS NULL THEN true
+                WHEN jsonb_typeof(v) = 'null' THEN p_null_ok
+                WHEN jsonb_typeof(v) <> 'number' THEN false
+                ELSE (v #>> '{}')::numeric BETWEEN 0 AND 3155760000
+           END
+$$;
+
+-- The keys an outcome of task_cycle may have.
+CREATE OR REPLACE FUNCTION tenure._task_outcome_keys(p_outcome text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE p_outcome WHEN 'complete' THEN ARRAY['id', 'epoch', 'outcome', 'state', 'data']
+                          WHEN 'release' THEN ARRAY['id', 'epoch', 'outcome', 'state', 'data', 'delay']
+                          WHEN 'fail' THEN ARRAY['id', 'epoch', 'outcome', 'error', 'retry_delay']
+                          ELSE ARRAY['id', 'epoch', 'outcome'] END
+$$;
+
+-- What is wrong with outcome o of a task_cycle request, or NULL.
+-- (One expression without a FROM clause, so that the planner inlines it.)
+CREATE OR REPLACE FUNCTION tenure._task_outcome_problem(o jsonb)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(o) IS DISTINCT FROM 'object' THEN 'must be a JSON object'
+        WHEN jsonb_typeof(o -> 'id') IS DISTINCT FROM 'string'
+             OR o ->> 'id' !~* '^\{?[0-9a-f]{4}(-?[0-9a-f]{4}){7}\}?$' THEN 'needs an id, a uuid as a string'
+        WHEN jsonb_typeof(o -> 'epoch') IS DISTINCT FROM 'number' OR (o ->> 'epoch') !~ '^0*[1-9][0-9]{0,17}$'
+            THEN 'needs an epoch, an integer of at least 1'
+        WHEN jsonb_typeof(o -> 'outcome') IS DISTINCT FROM 'string'
+             OR o ->> 'outcome' NOT IN ('complete', 'release', 'fail', 'extend')
+            THEN 'needs an outcome: complete, release, fail or extend'
+        WHEN o - tenure._task_outcome_keys(o ->> 'outcome') <> '{}'
+            THEN format('has keys that a %s outcome does not take: %s (it takes %s)', o ->> 'outcome',
+                        o - tenure._task_outcome_keys(o ->> 'outcome'),
+                        array_to_string(tenure._task_outcome_keys(o ->> 'outcome'), ', '))
+        WHEN o ? 'state' AND (jsonb_typeof(o -> 'state') <> 'string' OR tenure._blank(o ->> 'state')
+                              OR length(o ->> 'state') > 200)
+            THEN 'has a state that is not a non-empty string of at most 200 characters'
+        WHEN o ->> 'outcome' = 'fail' AND (jsonb_typeof(o -> 'error') IS DISTINCT FROM 'string' OR tenure._blank(o ->> 'error'))
+            THEN 'needs an error, a non-empty string describing the failure'
+        WHEN NOT tenure._seconds_value(o -> 'delay', false) OR NOT tenure._seconds_value(o -> 'retry_delay', true)
+            THEN 'has a delay that is not a number of seconds from 0 to 100 years'
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_cycle(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_outcomes jsonb, p_wait interval,
+    p_now timestamptz
+) RETURNS SETOF tenure.task_cycled
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+-- Planning its statements anew for each call would cost more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_bad record;
+    v_count integer;
+    v_outcomes tenure._task_outcome[];
+    v_applied tenure.task_cycled[];
+    v_wake text[];
+    v_leased integer;
+    v_second integer;
+BEGIN
+    PERFORM tenure._task_check_take('task_cycle', p_owner, p_lease, p_limit, 0, p_kinds);
+    IF p_wait < interval '0' OR p_wait > interval '1 day' THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_wait', 'must be NULL or between 0 and 1 day',
+            p_wait::text, 'Pass about twice the poll interval, such as ''10 seconds''.');
+    END IF;
+    IF p_outcomes IS NULL OR jsonb_typeof(p_outcomes) <> 'array' THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must be a JSON array of outcomes',
+            quote_nullable(left(p_outcomes::text, 100)),
+            'Pass [] or [{"id": "...", "epoch": 3, "outcome": "complete"}, ...].');
+    END IF;
+    v_count := jsonb_array_length(p_outcomes);
+    IF v_count > 10000 THEN
+        PERFORM tenure._invalid_argument('task_cycle', 'p_outcomes', 'must hold at most 10000 outcomes',
+            v_count::text, 'Report the outcomes in several calls.');
+    END IF;
+    -- Parse every outcome by its type; only when that fails, or a parsed outcome breaks a
+    -- rule, look for the first bad one to name it.
+    BEGIN
+        SELECT coalesce(array_agg((e.ord, r.id, r.epoch, r.outcome, r.state, nullif(r.data, 'null'),
+                                   make_interval(secs => coalesce(r.delay, 0)), r.error,
+                                   make_interval(secs => r.retry_delay))::tenure._task_outcome ORDER BY e.ord), '{}')
+          INTO v_outcomes
+          FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS e(o, ord),
+               LATERAL jsonb_to_record(e.o) AS r(id uuid, epoch bigint, outcome text, state text, data jsonb,
+                                                 delay float8, error text, retry_delay float8);
+    EXCEPTION WHEN data_exception THEN
+        v_outcomes := NULL;
+    END;
+    IF v_outcomes IS NULL OR EXISTS (
+        SELECT FROM unnest(v_outcomes) o
+         WHERE o.id IS NULL OR o.epoch IS NULL OR o.epoch < 1 OR o.outcome IS NULL
+            OR o.outcome NOT IN ('complete', 'release', 'fail', 'extend')
+            OR (o.state IS NOT NULL AND (tenure._blank(o.state) OR length(o.state) > 200))
+            OR (o.outcome = 'fail' AND tenure._blank(o.error))
+            OR o.delay NOT BETWEEN interval '0' AND interval '100 years'
+            OR o.retry_delay NOT BETWEEN interval '0' AND interval '100 years')
+       OR (SELECT count(DISTINCT o.id) FROM unnest(v_outcomes) o) < v_count
+       OR EXISTS (SELECT FROM jsonb_array_elements(p_outcomes) e(o)
+                   WHERE e.o - tenure._task_outcome_keys(e.o ->> 'outcome') <> '{}') THEN
+        SELECT c.ord, coalesce(c.problem, CASE WHEN row_number() OVER (PARTITION BY c.id ORDER BY c.ord) > 1
+                                               THEN 'names a task that an earlier outcome names' END) AS problem
+          INTO v_bad
+          FROM (SELECT e.ord, p.problem, CASE WHEN p.problem IS NULL THEN (e.o ->> 'id')::uuid END AS id
+                  FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS e(o, ord),
+                       LATERAL (SELECT tenure._task_outcome_problem(e.o) AS problem) p) c
+         ORDER BY (c.problem IS NULL AND row_number() OVER (PARTITION BY c.id ORDER BY c.ord) = 1), c.ord
+         LIMIT 1;
+        PERFORM tenure._invalid_argument('task_cycle', format('outcome %s', v_bad.ord),
+            coalesce(v_bad.problem, 'is not a valid outcome'),
+            left((p_outcomes -> (v_bad.ord::integer - 1))::text, 200),
+            'Each outcome is {"id": uuid, "epoch": n, "outcome": "complete"|"release"|"fail"|"extend"} with, for '
+            || 'complete, optional state and data; for release, optional state, data and delay (seconds); for fail, '
+            || 'error and an optional retry_delay (seconds); each task at most once.');
+    END IF;
+    PERFORM tenure._durable();
+
+    -- One UPDATE applies every outcome whose (owner, epoch) still holds an unexpired
+    -- lease; the rest are refused one by one below. Each transition is the one of the
+    -- single-task function of the same name (task_complete, task_release, task_fail,
+    -- task_extend).
+    v_now := coalesce(p_now, clock_timestamp());
+    WITH o AS (
+        SELECT * FROM unnest(v_outcomes)
+    ), applied AS (
+        UPDATE tenure.task AS t
+           SET status      = CASE o.outcome WHEN 'complete' THEN 'done'
+                                            WHEN 'fail' THEN CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead'
+                                                                  ELSE 'pending' END
+                                            ELSE 'pending' END,
+               state       = CASE o.outcome WHEN 'complete' THEN coalesce(o.state, 'done') ELSE coalesce(o.state, t.state) END,
+               data        = coalesce(o.data, t.data),
+               owner       = CASE WHEN o.outcome = 'extend' THEN t.owner END,
+               leased_at   = CASE WHEN o.outcome = 'extend' THEN t.leased_at END,
+               attempts    = t.attempts + (o.outcome = 'fail')::integer,
+               last_error  = CASE WHEN o.outcome = 'fail' THEN o.error ELSE t.last_error END,
+               next_action = CASE o.outcome
+                                 WHEN 'extend' THEN v_now + p_lease
+                                 WHEN 'release' THEN v_now + o.delay
+                                 WHEN 'fail' THEN CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
+                                                       ELSE v_now + coalesce(o.retry_delay, tenure._task_backoff(t.attempts))
+                                                  END
+                             END,
+               finished_at = CASE WHEN o.outcome = 'complete' OR (o.outcome = 'fail' AND t.attempts + 1 >= t.max_attempts)
+                                  THEN v_now END,
+               last_change = CASE WHEN o.outcome = 'complete' OR o.state IS NOT NULL OR o.data IS NOT NULL THEN v_now
+                                  ELSE t.last_change END,
+               last_action = v_now
+          FROM o
+         WHERE t.id = o.id AND t.owner = p_owner AND t.epoch = o.epoch AND t.status = 'pending'
+           AND t.next_action >= v_now
+        RETURNING o.ord, t.id, t.epoch, o.outcome, t.kind, t.state, t.attempts, t.next_action, t.owner
+    )
+    SELECT coalesce(array_agg((a.id, a.epoch, a.outcome, NULL, a.kind, a.state, NULL, a.attempts, a.next_action)
+                              ::tenure.task_cycled ORDER BY a.ord), '{}'),
+           array_agg(DISTINCT a.kind) FILTER (WHERE a.owner IS NULL AND a.next_action = v_now)
+      INTO v_applied, v_wake
+      FROM applied a;
+
+    IF cardinality(v_applied) = v_count THEN
+        RETURN QUERY SELECT * FROM unnest(v_applied);
+    ELSE
+        -- A new statement, so a new snapshot: what refused an outcome is visible now.
+        RETURN QUERY
+        SELECT e.id, e.epoch, e.outcome,
+               CASE WHEN a.id IS NOT NULL THEN NULL
+                    WHEN t.id IS NULL THEN format('no task %s', e.id)
+                    ELSE format('lease lost: %s', tenure._task_lost_detail(t, p_owner, e.epoch, v_now))
+               END,
+               t.kind, a.state, NULL::jsonb, t.attempts, a.next_action
+          FROM unnest(v_outcomes) e
+          LEFT JOIN unnest(v_applied) a ON a.id = e.id
+          LEFT JOIN tenure.task t ON t.id = e.id
+         ORDER BY e.ord;
+    END IF;
+
+    IF p_limit > 0 THEN
+        RETURN QUERY
+        SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
+          FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
+        GET DIAGNOSTICS v_leased = ROW_COUNT;
+        IF p_wait IS NOT NULL AND v_leased < p_limit THEN
+            -- Slots left free: wait for notifications, then look once more (_task_announce).
+            PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
+            RETURN QUERY
+            SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
+              FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l;
+            GET DIAGNOSTICS v_second = ROW_COUNT;
+            v_leased := v_leased + v_second;
+        END IF;
+        IF p_wait IS NOT NULL AND v_leased = p_limit THEN
+            DELETE FROM tenure.task_waiter WHERE owner = p_owner;  -- every slot filled: no longer waiting
+        END IF;
+    END IF;
+    IF v_wake IS NOT NULL THEN
+        PERFORM tenure._task_announce(v_wake, v_now);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_cycle(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[] DEFAULT NULL, p_outcomes jsonb DEFAULT '[]',
+    p_wait interval DEFAULT NULL
+) RETURNS SETOF tenure.task_cycled
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_limit, p_kinds, p_outcomes, p_wait, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval) IS
+$$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
+p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
+With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
+Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
+Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
+
+-- Taking over, requeueing and cleaning up --------------------------------------------
+
+CREATE OR REPLACE FUNCTION tenure._task_eject(p_id uuid, p_owner uuid, p_lease interval, p_now timestamptz)
+RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+    v_now timestamptz;
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_eject', 'p_id', 'must not be NULL', NULL, 'Pass the id of the task to take over.');
+    END IF;
+    PERFORM tenure._check_instance('task_eject', 'p_owner', p_owner);
+    PERFORM tenure._check_duration('task_eject', 'p_lease', p_lease);
+    -- Wait for the current holder's fenced transaction, then read the clock.
+    PERFORM tenure._durable();
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_eject', p_id, p_owner, 1, v_now);
+    END IF;
+    IF v_task.status <> 'pending' THEN
+        RETURN;  -- finished meanwhile: nothing to take over
+    END IF;
+    UPDATE tenure.task AS t
+       SET owner = p_owner, epoch = t.epoch + 1, leased_at = v_now, next_action = v_now + p_lease,
+           last_action = v_now
+     WHERE t.id = p_id
+    RETURNING t.* INTO v_task;
+    INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how)
+    VALUES (p_id, v_task.epoch, p_owner, v_now, 'ejected');
+    RETURN NEXT (v_task.id, v_task.kind, v_task.state, v_task.data, v_task.epoch, v_task.attempts,
+                 v_task.next_action)::tenure.task_lease;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_eject(p_id uuid, p_owner uuid, p_lease interval)
+RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_eject(p_id, p_owner, p_lease, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_eject(uuid, uuid, interval) IS
+$$Take task p_id over at once for instance p_owner (a REST callback, say), whoever holds it: p_owner becomes the owner with a new epoch and a lease of p_lease, so every later write of the previous owner is refused with TN102. Waits for a write the previous owner fenced to commit first.
+Returns the new lease; no row if the task is already done or dead.
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_requeue(p_id uuid, p_delay interval, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_kind text;
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_requeue', 'p_id', 'must not be NULL', NULL, 'Pass the id of a dead task.');
+    END IF;
+    PERFORM tenure._check_delay('task_requeue', 'p_delay', p_delay);
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t
+       SET status = 'pending', attempts = 0, next_action = v_now + p_delay, finished_at = NULL,
+           last_action = v_now
+     WHERE t.id = p_id AND t.status = 'dead'
+    RETURNING t.kind INTO v_kind;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM tenure.task WHERE id = p_id) THEN
+            PERFORM tenure._task_refuse('task_requeue', p_id, NULL, 1, v_now);
+        END IF;
+        RETURN false;
+    END IF;
+    IF p_delay = interval '0' THEN
+        PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
+    END IF;
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_requeue(p_id uuid, p_delay interval DEFAULT '0')
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_requeue(p_id, p_delay, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_requeue(uuid, interval) IS
+$$Give a dead task p_id another life: pending again with its attempts reset, due after p_delay (default now). Its last_error is kept.
+Returns true if it was dead and is requeued, false if it is not dead (nothing changes).
+Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_purge(p_older_than interval, p_include_dead boolean, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_delay('task_purge', 'p_older_than', p_older_than);
+    IF p_include_dead IS NULL THEN
+        PERFORM tenure._invalid_argument('task_purge', 'p_include_dead', 'must not be NULL', NULL,
+            'Pass true to purge dead tasks too, false to keep them for inspection.');
+    END IF;
+    PERFORM tenure._durable();
+    DELETE FROM tenure.task AS t
+     WHERE t.status IN ('done', CASE WHEN p_include_dead THEN 'dead' END)
+       AND t.finished_at < v_now - p_older_than;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_purge(p_older_than interval, p_include_dead boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_purge(p_older_than, p_include_dead, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
+$$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.
+Returns how many tasks were deleted.
+Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
+
+-- Retention of finished tasks, oldest first, in bounded batches. No tombstone: an
+-- idempotency key (or id) de-duplicates for as long as its task is kept, that is for
+-- the retention age after it finished (docs/tasks.md#retention).
+CREATE OR REPLACE FUNCTION tenure._task_prune(p_older_than interval, p_limit integer, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_count bigint;
+BEGIN
+    PERFORM tenure._check_prune('task_prune', p_older_than, p_limit);
+    PERFORM tenure._durable();
+    -- The lease log goes with each task (ON DELETE CASCADE). A task locked by someone
+    -- else (task_requeue of a dead one) is skipped, left for the next call.
+    DELETE FROM tenure.task AS t
+     WHERE t.id IN (SELECT f.id FROM tenure.task f
+                     WHERE f.status <> 'pending' AND f.finished_at < v_now - p_older_than
+                     ORDER BY f.finished_at
+                     LIMIT p_limit
+                       FOR UPDATE SKIP LOCKED)
+       AND t.status <> 'pending';
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_prune(p_older_than interval, p_limit integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_prune(p_older_than, p_limit, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_prune(interval, integer) IS
+$$Retention: delete at most p_limit finished tasks (done and dead) whose finished_at is more than p_older_than ago, oldest first, with their lease log. Pending tasks are never deleted. Call again while it returns p_limit. An idempotency key or task id de-duplicates only while its task is kept: once pruned, an enqueue with the same key or id creates a new task (the de-duplication window is the retention age).
+Returns how many tasks were deleted.
+Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
+
+GRANT EXECUTE ON FUNCTION
+    tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
+    tenure.task_enqueue_many(jsonb),
+    tenure.task_acquire(uuid, interval, integer, text[]),
+    tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval),
+    tenure.task_extend(uuid, uuid, bigint, interval),
+    tenure.task_update(uuid, uuid, bigint, text, jsonb, interval),
+    tenure.task_release(uuid, uuid, bigint, interval, text, jsonb),
+    tenure.task_complete(uuid, uuid, bigint, text, jsonb),
+    tenure.task_fail(uuid, uuid, bigint, text, interval),
+    tenure.task_fence(uuid, uuid, bigint),
+    tenure.task_eject(uuid, uuid, interval),
+    tenure.task_requeue(uuid, interval),
+    tenure.task_purge(interval, boolean),
+    tenure.task_prune(interval, integer)
+TO tenure_worker;
