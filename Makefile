@@ -4,6 +4,7 @@
 #             claims, the batch queue, three replicas behind HAProxy (the active one killed);
 #             last, the database itself fails over under running services (3-node Patroni)
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
+# make fuzz   the contract fuzz campaign at full size (12,000 random calls; make test runs 3,000)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
@@ -15,7 +16,7 @@ SHELL := /bin/bash
 export PG_BIN ?= /usr/lib/postgresql/15/bin
 export PATH := $(PG_BIN):$(PATH)
 
-.PHONY: all deps peers test demo bench clean docs
+.PHONY: all deps peers test demo bench fuzz clean docs
 all: test
 
 deps:
@@ -33,6 +34,11 @@ demo: deps
 
 bench: deps peers
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
+
+# the contract fuzz campaign at full size (make test runs 3,000 random calls)
+FUZZ_EXAMPLES ?= 12000
+fuzz: deps
+	scripts/with-cluster.sh bash -c 'cd python && TENURE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ../.venv/bin/pytest tests/test_contract_fuzz.py'
 
 # docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
 docs: deps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,11 @@ def test_wheel_carries_the_sqitch_project_and_deploys_it(tmp_path: Path, fresh_d
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     subprocess.run([venv / "bin/pip", "--disable-pip-version-check", "-q", "install", wheel], check=True)
+    # The package's version is the release its schema was tagged with.
+    version = subprocess.run([venv / "bin/tenure", "--version"], capture_output=True, text=True, check=True)
+    release = re.search(r'^version = "(.+)"$', (ROOT / "python/pyproject.toml").read_text(), re.M)
+    assert release is not None
+    assert version.stdout.startswith(f"tenure {release[1]} (schema: sqitch plan @v{release[1]}"), version.stdout
     deployed = subprocess.run(
         [venv / "bin/tenure", "deploy", "--db", fresh_database],
         cwd=tmp_path,
