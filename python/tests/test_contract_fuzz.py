@@ -298,12 +298,13 @@ def world() -> Iterator[World]:
     with psycopg.connect(admin_info, autocommit=True) as connection:
         connection.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
-        connection.execute(
-            f"DO $$ BEGIN CREATE ROLE {ROLE} LOGIN IN ROLE tenure_worker;"
-            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-        )
     try:
-        deploy_tenure(host=HOST, port=PORT, user=USER, dbname=DBNAME)
+        deploy_tenure(host=HOST, port=PORT, user=USER, dbname=DBNAME)  # creates tenure_worker on a new cluster
+        with psycopg.connect(admin_info, autocommit=True) as connection:
+            connection.execute(
+                f"DO $$ BEGIN CREATE ROLE {ROLE} LOGIN IN ROLE tenure_worker;"
+                " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            )
         with (
             psycopg.connect(make_conninfo(admin_info, dbname=DBNAME), autocommit=True) as admin,
             psycopg.connect(make_conninfo(admin_info, dbname=DBNAME, user=ROLE), autocommit=True) as worker,
