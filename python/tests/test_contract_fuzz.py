@@ -299,7 +299,8 @@ def world() -> Iterator[World]:
         connection.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
     try:
-        deploy_tenure(host=HOST, port=PORT, user=USER, dbname=DBNAME)  # creates tenure_worker on a new cluster
+        # The deploy creates the role tenure_worker on a new cluster.
+        deploy_tenure(host=HOST, port=PORT, user=USER, dbname=DBNAME)
         with psycopg.connect(admin_info, autocommit=True) as connection:
             connection.execute(
                 f"DO $$ BEGIN CREATE ROLE {ROLE} LOGIN IN ROLE tenure_worker;"
