@@ -2,13 +2,16 @@
 #             a timeline shows the takeover (throwaway local PostgreSQL 15); then a command
 #             under `tenure elect --exec` hands over when its shim is killed; then tasks,
 #             claims, the batch queue, three replicas behind HAProxy (the active one killed);
-#             last, the database itself fails over under running services (3-node Patroni)
+#             last, the database itself fails over under running services (3-node Patroni);
+#             about 4 minutes on 2 cores, installs included
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
+#             (about 31 minutes on 2 cores)
 # make fuzz   the contract fuzz campaign at full size (12,000 random calls; make test runs 3,000)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
-#             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600")
+#             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600");
+#             45 to 60 minutes in all
 # Each installs what it needs first (Debian packages as root, Python packages in .venv,
 # the peers of the bench in .venv-peers).
 

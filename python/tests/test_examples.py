@@ -1,9 +1,11 @@
-"""The README's examples are the files in examples/python, and the docs' relative links lead somewhere.
+"""The examples shown in README.md and docs/examples.md are the files in examples/python, and the
+docs' relative links lead somewhere.
 
-A README example block is marked ``<!-- example: examples/python/NAME.py -->`` just
-above its fence and must equal that file without its opening docstring (the prose
-above the block says what the docstring says). Every file of examples/python must
-appear in the README once. (``make test`` runs the files themselves.)
+An example block is marked ``<!-- example: examples/python/NAME.py -->`` just above
+its fence and must equal that file without its opening docstring (the prose above
+the block says what the docstring says). Every file of examples/python must appear
+once in those two pages together (the README keeps a few, docs/examples.md the
+rest). (``make test`` runs the files themselves.)
 
 Every relative link in README.md, CHANGELOG.md and docs/*.md must lead to a file or
 directory of the repository and, with ``#anchor``, to a heading of that page, by
@@ -56,6 +58,7 @@ from tenure.testing.procs import free_port
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "python"
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLE_PAGES = [ROOT / "README.md", ROOT / "docs" / "examples.md"]
 
 MARKER = re.compile(r"^<!-- example: (\S+) -->\n```python\n(.*?)^```$", re.M | re.S)
 DOCSTRING = re.compile(r'\A"""(.*?)"""\n+', re.S)
@@ -64,7 +67,8 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def readme_blocks() -> list[tuple[str, str]]:
-    return [(path, body) for path, body in MARKER.findall((ROOT / "README.md").read_text())]
+    """The example blocks of README.md and docs/examples.md, as (file, block)."""
+    return [(path, body) for page in EXAMPLE_PAGES for path, body in MARKER.findall(page.read_text())]
 
 
 def example_body(path: Path) -> str:
@@ -76,7 +80,7 @@ def test_every_example_is_in_the_readme_once() -> None:
     shown = Counter(path for path, _ in readme_blocks())
     files = {str(path.relative_to(ROOT)) for path in EXAMPLES.glob("*.py")}
     assert files, "no examples found"
-    assert set(shown) == files, f"README blocks {sorted(shown)} != files {sorted(files)}"
+    assert set(shown) == files, f"example blocks {sorted(shown)} != files {sorted(files)}"
     assert all(count == 1 for count in shown.values()), shown
 
 
@@ -84,8 +88,8 @@ def test_every_example_is_in_the_readme_once() -> None:
 def test_readme_example_equals_its_file(path: str, body: str) -> None:
     expected = example_body(ROOT / path)
     assert body == expected, (
-        f"the README's block for {path} differs from the file (without its docstring): "
-        "copy the file into the README, or change the file"
+        f"the block for {path} (README.md or docs/examples.md) differs from the file (without its "
+        "docstring): copy the file into the page, or change the file"
     )
 
 

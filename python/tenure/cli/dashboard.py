@@ -18,7 +18,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         from tenure.dashboard import Settings, is_loopback, serve
     except ImportError as missing:
         print(
-            f"tenure: the dashboard needs the 'dashboard' extra (pip install 'tenure[dashboard]'): {missing}",
+            "tenure: the dashboard needs the 'dashboard' extra (from a clone of tenure: "
+            f"pip install './python[dashboard]'; from the wheel: pip install 'WHEEL[dashboard]'): {missing}",
             file=sys.stderr,
         )
         return 2
