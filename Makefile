@@ -19,7 +19,7 @@ SHELL := /bin/bash
 export PG_BIN ?= /usr/lib/postgresql/15/bin
 export PATH := $(PG_BIN):$(PATH)
 
-.PHONY: all deps peers test demo bench fuzz clean docs
+.PHONY: all deps peers releases test demo bench fuzz clean docs
 all: test
 
 deps:
@@ -29,7 +29,11 @@ deps:
 peers:
 	@scripts/install-peers.sh
 
-test: deps peers
+# the v0.1.0 package in its own .venv-v0.1.0, for the rolling upgrade test (python/tests/test_rolling_upgrade.py)
+releases:
+	@scripts/install-release-venv.sh v0.1.0
+
+test: deps peers releases
 	scripts/with-cluster.sh scripts/test.sh
 
 demo: deps
@@ -48,4 +52,4 @@ docs: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_docs && .venv/bin/python -m tenure.testing.sqldocs --db "dbname=tenure_docs" --output docs/sql-reference.md'
 
 clean:
-	rm -rf .venv .venv-peers python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache examples/java/build
+	rm -rf .venv .venv-peers .venv-v*/ python/*.egg-info .mypy_cache .ruff_cache python/.pytest_cache examples/java/build
