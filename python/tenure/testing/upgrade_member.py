@@ -203,7 +203,10 @@ def main() -> None:
             target=fenced_writes, args=(args.db, stopping, elector, claimer), name="fenced-writes"
         )
         writer.start()
-        stopping.wait()
+        # Polled: a SIGTERM the kernel hands to another thread runs its handler only when the
+        # main thread next runs Python code (one wait without a timeout missed it once).
+        while not stopping.wait(0.1):
+            pass
         writer.join()
     emit("stopped")
 
