@@ -16,6 +16,7 @@ printed; docs/upgrades.md quotes them.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tenure.testing.upgrade import (
     ROOT,
     Enqueuer,
     Fleet,
+    LockWatch,
     MemberLog,
     Phase,
     ReadBack,
@@ -49,6 +51,7 @@ from tenure.testing.upgrade import (
 RELEASE = "v0.1.0"
 MEMBERS = 3
 STEADY = 4.0  # seconds of each steady phase
+LOCK_TIMEOUT = 10.0  # for the deploy and the revert, as docs/upgrades.md advises
 
 
 @pytest.mark.timeout(900)
@@ -70,12 +73,12 @@ def test_rolling_upgrade_and_rollback_under_load(admin_conninfo: str, tmp_path: 
 
     with release_database(admin_conninfo, "tenure_rolling", release=RELEASE, tree=old / "src") as conninfo:
         app = make_conninfo(conninfo, user=APP_ROLE)
-        with Fleet(app, tmp_path) as fleet, Enqueuer(conninfo) as enqueuer:
+        with Fleet(app, tmp_path) as fleet, Enqueuer(conninfo) as enqueuer, LockWatch(conninfo) as locks:
             for n in range(MEMBERS):
                 fleet.start(old_python, f"old{n}")
             steady(f"{RELEASE} fleet, schema @{RELEASE}")
             with phase("deploy (sqitch deploy)"):
-                sqitch(conninfo, "deploy", "--verify", cwd=ROOT)
+                sqitch(conninfo, "deploy", "--verify", cwd=ROOT, lock_timeout=LOCK_TIMEOUT)
             steady(f"{RELEASE} fleet, schema head")
             for n in range(MEMBERS):
                 with phase(f"replace old{n} by new{n}") as current:
@@ -89,7 +92,7 @@ def test_rolling_upgrade_and_rollback_under_load(admin_conninfo: str, tmp_path: 
                     current.note = "(was primary)" if led else ""
                     time.sleep(1.0)
             with phase(f"revert (sqitch revert --to @{RELEASE})"):
-                sqitch(conninfo, "revert", "-y", "--to", f"@{RELEASE}", cwd=ROOT)
+                sqitch(conninfo, "revert", "-y", "--to", f"@{RELEASE}", cwd=ROOT, lock_timeout=LOCK_TIMEOUT)
             steady(f"{RELEASE} fleet, schema @{RELEASE} again")
             enqueuer.stop()
             with phase("drain"):
@@ -97,8 +100,9 @@ def test_rolling_upgrade_and_rollback_under_load(admin_conninfo: str, tmp_path: 
         logs = fleet.logs()
         db = read_back(conninfo)
     dump(tmp_path / "events.jsonl", logs)
-    report = table(costs(logs, phases, db))
+    report = table(costs(logs, phases, db, locks))
     (tmp_path / "costs.txt").write_text(report + "\n")
+    (tmp_path / "phases.json").write_text(json.dumps([vars(p) for p in phases]))
     print(f"\n{report}\n{len(enqueuer.ids)} tasks; events in {tmp_path / 'events.jsonl'}")
 
     versions = {m.name: m.started.get("version") for m in logs}

@@ -60,11 +60,15 @@ def release_venv(release: str) -> Path:
     return ROOT / f".venv-{release}"
 
 
-def sqitch(conninfo: str, *args: str, cwd: Path) -> None:
-    """Run sqitch on the database of ``conninfo`` with the project in ``cwd``."""
+def sqitch(conninfo: str, *args: str, cwd: Path, lock_timeout: float | None = None) -> None:
+    """Run sqitch on the database of ``conninfo`` with the project in ``cwd``; with
+    ``lock_timeout`` (seconds), a statement of a change that waits longer for a lock fails
+    (docs/upgrades.md, "Rolling upgrade of a live fleet")."""
     info = conninfo_to_dict(conninfo)
     target = f"db:pg://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
     env = dict(os.environ, SQITCH_FULLNAME="tenure tests", SQITCH_EMAIL="tests@localhost")
+    if lock_timeout is not None:
+        env["PGOPTIONS"] = f"-c lock_timeout={int(lock_timeout * 1000)}"
     subprocess.run(["sqitch", "--quiet", *args, target], cwd=cwd, env=env, check=True)
 
 
@@ -140,6 +144,49 @@ class Enqueuer:
                     self.failures.append(str(error)[:200])
                 next_at = max(next_at + self.every, time.monotonic())
                 self._stopping.wait(next_at - time.monotonic())
+
+
+@dataclass
+class LockWatch:
+    """Samples, every ``every`` seconds in a thread, the backends of the database that wait for a
+    lock (a deploy's ALTER TABLE behind the fleet, or the fleet behind it): ``waits`` maps
+    (pid, query start) to [first seen, last seen (time.time()), application_name, query]."""
+
+    conninfo: str
+    every: float = 0.05
+    waits: dict[tuple[int, float], list[Any]] = field(default_factory=dict)
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> LockWatch:
+        self._thread = threading.Thread(target=self._run, name="lock-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.conninfo, autocommit=True) as connection:
+            while not self._stopping.wait(self.every):
+                now = time.time()
+                for pid, started, app, query in connection.execute(
+                    "SELECT pid, extract(epoch FROM query_start)::float8, application_name, left(query, 120) "
+                    "FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ):
+                    self.waits.setdefault((pid, started), [now, now, app, query])[1] = now
+
+    def longest(self, start: float, end: float) -> tuple[float, int]:
+        """The longest lock wait seen in [start, end) (at least as long as sampled) and how many
+        statements waited."""
+        inside = [
+            (last - first, app)
+            for first, last, app, _ in self.waits.values()
+            if start <= last and first < end
+        ]
+        return max((w for w, _ in inside), default=0.0), len(inside)
 
 
 @dataclass
@@ -329,6 +376,9 @@ class Cost:
     max_delay: float  # the longest a task created in it waited for its first lease
     median_delay: float
     warnings: int  # failed calls the members logged during the phase
+    keys_given_up: int = 0  # keys an instance gave up while it went on (a lost renewal, a newcomer's share)
+    lock_wait: float = 0.0  # the longest a statement waited for a lock in the phase (sampled)
+    lock_waiters: int = 0  # statements seen waiting for a lock
     note: str = ""
 
 
@@ -354,11 +404,23 @@ def primacy(members: Sequence[MemberLog], end: float) -> list[tuple[float, float
     return merged
 
 
-def costs(members: Sequence[MemberLog], phases: Sequence[Phase], db: ReadBack) -> list[Cost]:
+def costs(
+    members: Sequence[MemberLog], phases: Sequence[Phase], db: ReadBack, locks: LockWatch | None = None
+) -> list[Cost]:
     """Per phase: leaderless seconds (from the members' own logs) and the delay of the tasks
     created in it from when they were due to their first lease (from the database)."""
     covered = primacy(members, max(p.end for p in phases))
     warnings = [e["wall"] for m in members for e in m.events if e["event"] in ("warning", "write_failed")]
+    # Keys given up while the instance went on (a lost renewal, or handed over to a newcomer
+    # at the fair share), not those released by its own stop.
+    given_up = []
+    for member in members:
+        end = member.events[-1]["wall"] if member.events else 0.0
+        given_up += [
+            (e["wall"], len(e["keys"]))
+            for e in member.events
+            if e["event"] == "unclaimed" and end - e["wall"] > 0.5
+        ]
     result = []
     for phase in phases:
         held = sum(max(0.0, min(b, phase.end) - max(a, phase.start)) for a, b in covered)
@@ -376,6 +438,9 @@ def costs(members: Sequence[MemberLog], phases: Sequence[Phase], db: ReadBack) -
                 max_delay=delays[-1] if delays else 0.0,
                 median_delay=delays[len(delays) // 2] if delays else 0.0,
                 warnings=sum(phase.start <= w < phase.end for w in warnings),
+                keys_given_up=sum(k for w, k in given_up if phase.start <= w < phase.end),
+                lock_wait=locks.longest(phase.start, phase.end)[0] if locks else 0.0,
+                lock_waiters=locks.longest(phase.start, phase.end)[1] if locks else 0,
                 note=phase.note,
             )
         )
@@ -383,11 +448,15 @@ def costs(members: Sequence[MemberLog], phases: Sequence[Phase], db: ReadBack) -
 
 
 def table(rows: Sequence[Cost]) -> str:
-    lines = ["phase                       seconds  leaderless  tasks  median delay  max delay  warnings"]
+    lines = [
+        f"{'phase':<38} seconds  leaderless  tasks  median delay  max delay  warnings  keys given up"
+        "  lock waits (longest)"
+    ]
     for c in rows:
         lines.append(
-            f"{c.phase:<27} {c.seconds:7.1f}  {c.leaderless:10.2f}  {c.tasks:5d}  {c.median_delay:12.3f}"
-            f"  {c.max_delay:9.3f}  {c.warnings:8d}  {c.note}"
+            f"{c.phase:<38} {c.seconds:7.1f}  {c.leaderless:10.2f}  {c.tasks:5d}  {c.median_delay:12.3f}"
+            f"  {c.max_delay:9.3f}  {c.warnings:8d}  {c.keys_given_up:13d}"
+            f"  {c.lock_waiters:5d} ({c.lock_wait:.2f} s)  {c.note}"
         )
     return "\n".join(lines)
 
