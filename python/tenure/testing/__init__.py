@@ -19,6 +19,9 @@ checks of what clients were told against what the database kept.
   the checks of them against the final database (the failover test and demo).
 - ``plots``: the PNG timelines of the demo and the bench.
 - ``sqldocs``: docs/sql-reference.md generated from the COMMENT ON texts.
+- ``upgrade``: the rolling upgrade of a live fleet from one release's package and schema to
+  today's and back, and its checks; ``upgrade_member``: a member of that fleet, a script
+  either release's package runs.
 
 None of this is imported by the library; it imports the library. pytest is not
 needed at run time: the demo uses the harnesses too.
