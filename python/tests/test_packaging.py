@@ -61,8 +61,8 @@ def test_wheel_carries_the_sqitch_project_and_deploys_it(tmp_path: Path, fresh_d
     version = subprocess.run([venv / "bin/tenure", "--version"], capture_output=True, text=True, check=True)
     release = re.search(r'^version = "(.+)"$', (ROOT / "python/pyproject.toml").read_text(), re.M)
     assert release is not None
-    expected = f"tenure {release[1]} (schema: sqitch plan @v{release[1]}"
-    assert version.stdout.startswith(expected), version.stdout
+    shown = f"tenure {release[1]} (schema: sqitch plan @v{release[1]}"
+    assert version.stdout.startswith(shown), version.stdout
     deployed = subprocess.run(
         [venv / "bin/tenure", "deploy", "--db", fresh_database],
         cwd=tmp_path,
