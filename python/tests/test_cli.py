@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure import Driver
 from tenure.cli import EXAMPLES, build_parser
@@ -310,7 +312,6 @@ def test_a_command_facing_a_silent_database_fails_with_one_line_within_its_bound
     server: the kernel still acknowledges TCP) costs a command --db-timeout, not for ever,
     whether it falls silent before the connection is made or during a statement."""
     from proxy import PausingProxy
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from tenure.cli.common import admin_connection
 
@@ -341,3 +342,56 @@ def test_a_command_facing_a_silent_database_fails_with_one_line_within_its_bound
             proxy.pause()
             connection.execute("SELECT 2")
         assert time.monotonic() - began < 10
+
+
+@pytest.fixture
+def outsider_conninfo(admin: Any, admin_conninfo: str) -> Iterator[str]:
+    """A login role of this cluster that was never granted tenure_worker."""
+    role = f"tenure_cli_outsider_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        yield make_conninfo(admin_conninfo, user=role)
+    finally:
+        admin.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def undeployed_conninfo(admin: Any, admin_conninfo: str) -> Iterator[str]:
+    """A database of this cluster without tenure's schema."""
+    name = f"tenure_cli_empty_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(admin_conninfo, dbname=name)
+    finally:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+STATE_COMMANDS = (["status"], ["primary", "--type", "cli"], ["task", "list"])
+
+
+def refusal(command: list[str], conninfo: str) -> str:
+    """Run a state command that must fail with exit 2 and one line; returns that line."""
+    result = subprocess.run([*TENURE, *command, "--db", conninfo], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("tenure: "), result.stderr
+    return result.stderr
+
+
+def test_state_commands_on_a_database_without_tenure_say_to_deploy(undeployed_conninfo: str) -> None:
+    for command in STATE_COMMANDS:
+        line = refusal(command, undeployed_conninfo)
+        assert "does not exist" in line and "run tenure deploy" in line, line
+
+
+def test_state_commands_as_a_role_without_tenure_worker_say_what_to_grant(outsider_conninfo: str) -> None:
+    role = conninfo_to_dict(outsider_conninfo)["user"]
+    for command in STATE_COMMANDS:
+        line = refusal(command, outsider_conninfo)
+        assert "permission denied" in line and f"GRANT tenure_worker TO {role}" in line, line
+
+
+def test_a_misspelt_conninfo_keyword_is_refused_in_one_line(app_conninfo: str) -> None:
+    line = refusal(["status"], f"hostt=127.0.0.1 {app_conninfo}")
+    assert 'not a valid conninfo: invalid connection option "hostt"' in line, line
+    line = refusal(["primary", "--type", "cli"], "postgresql://127.0.0.1/db?sslmod=off")
+    assert 'invalid URI query parameter: "sslmod"' in line, line

@@ -9,13 +9,16 @@ command loads the demos or the benchmark.
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import os
 import sys
 import tempfile
 from importlib.metadata import version as package_version
 from pathlib import Path
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from tenure.cli import (
     batches,
@@ -175,16 +178,50 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        if isinstance(getattr(args, "db", None), str):
+            conninfo_to_dict(args.db)  # a misspelt keyword is refused here, before anything starts
         return int(args.run(args))
-    except TenureError as error:
+    except (TenureError, SqitchMissing) as error:
         print(f"tenure: {error}", file=sys.stderr)
         return 2
     except psycopg.OperationalError as error:
-        print(f"tenure: cannot reach the database: {error}", file=sys.stderr)
-        return 2
-    except SqitchMissing as error:
-        print(f"tenure: {error}", file=sys.stderr)
-        return 2
+        return refuse(f"cannot reach the database: {one_line(error)}")
+    except (
+        psycopg.errors.InvalidSchemaName,
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+    ) as error:
+        return refuse(
+            one_line(error),
+            hint="tenure is not deployed in this database, or an older version is: run tenure deploy",
+        )
+    except psycopg.errors.InsufficientPrivilege as error:
+        return refuse(one_line(error), hint=f"GRANT tenure_worker TO {role_of(args)}")
+    except psycopg.ProgrammingError as error:
+        if error.sqlstate is not None:
+            raise
+        return refuse(
+            f"--db (or $TENURE_DB) is not a valid conninfo: {one_line(error)}",
+            hint="KEY=VALUE pairs libpq knows (host=db port=5432 dbname=app user=app) or a postgresql:// URL",
+        )
+
+
+def refuse(message: str, *, hint: str | None = None) -> int:
+    """One line on stderr and exit 2: what went wrong and, when known, what to do."""
+    print(f"tenure: {message}" + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
+    return 2
+
+
+def one_line(error: psycopg.Error) -> str:
+    """The server's primary message without the statement it quotes, or libpq's message on one line."""
+    primary = error.diag.message_primary
+    return primary or " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def role_of(args: argparse.Namespace) -> str:
+    """The role a command connected as, as libpq chose it (conninfo, PGUSER, the system user)."""
+    user = conninfo_to_dict(getattr(args, "db", "") or "").get("user")
+    return str(user or os.environ.get("PGUSER") or getpass.getuser())
 
 
 if __name__ == "__main__":
