@@ -11,9 +11,12 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 cmd=${1:?usage: pgcluster.sh start|restart|stop DIR}
 dir=${2:?usage: pgcluster.sh start|restart|stop DIR}
 
+dir=$(realpath -m "$dir")
+
 as_owner() {
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
+        # from /: the caller's directory (a checkout under /root) may be closed to postgres
+        (cd / && runuser -u postgres -- "$@")
     else
         "$@"
     fi

@@ -15,7 +15,9 @@ loop_wait 2, retry_timeout 3, pg_rewind, replication slots, trust for 127.0.0.1,
 otherwise (strict: with no sync standby the leader's commits wait). fsync is off (a
 process kill never loses the page cache; only an OS crash would). Every port is chosen
 free at run time; everything lives in one scratch directory h1-patroni-* in /tmp (or in
-``parent``, which the ``postgres`` user must be able to enter), with the
+``parent``, which the ``postgres`` user must be able to enter), with a copy of
+``procs.py`` for the reaper Patroni runs under (the ``postgres`` user need not be able to
+read the checkout: a clone under /root works) and the
 logs: ``etcd.log``, ``<node>/patroni.log`` (also PostgreSQL's early stderr) and
 ``<node>/pglog/postgresql.log``; :meth:`PatroniCluster.log_tails` returns their ends,
 and leaving the ``with`` block by an exception prints them to stderr.
@@ -188,6 +190,7 @@ class PatroniCluster(procs.Harness):
         self.etcd_port = 0
         self._etcd: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self._reaper = Path()
         self.startup_seconds = 0.0
 
     # -- life cycle ---------------------------------------------------------------------
@@ -203,6 +206,8 @@ class PatroniCluster(procs.Harness):
         self.directory.chmod(0o755)
         self._run_as.own(self.directory)
         self._watchdog = procs.start_watchdog(self.directory)
+        # Patroni runs as postgres under this reaper: nothing it runs or reads is in the checkout
+        self._reaper = procs.script_copy(self.directory)
         print(f"PatroniCluster in {self.directory}", file=sys.stderr)
         self._start_etcd()
         for name in self._names:
@@ -402,7 +407,9 @@ class PatroniCluster(procs.Harness):
         if node.process is not None and node.process.poll() is None:
             raise RuntimeError(f"node {name} is already running")
         node.process = self._popen(
-            procs.reaper_command(["patroni", str(node.config_path)]), log=node.patroni_log, cwd=node.directory
+            procs.reaper_command(["patroni", str(node.config_path)], script=self._reaper),
+            log=node.patroni_log,
+            cwd=node.directory,
         )
 
     def kill_node(self, name: str) -> None:

@@ -246,10 +246,21 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
-def reaper_command(command: list[str]) -> list[str]:
-    """command, run under a subreaper (see the module docstring)."""
+def reaper_command(command: list[str], *, script: Path | None = None) -> list[str]:
+    """command, run under a subreaper (see the module docstring); the reaper runs this file, or
+    ``script``, a copy of it that :func:`script_copy` made."""
     # the system python: the reaper may run as a user that cannot read the test's venv
-    return ["/usr/bin/python3", str(Path(__file__).resolve()), "--reap", *command]
+    return ["/usr/bin/python3", str(script or Path(__file__).resolve()), "--reap", *command]
+
+
+def script_copy(directory: Path) -> Path:
+    """A copy of this file in directory, readable by everyone, for a reaper that runs as another
+    user: that user may not be able to read the checkout (a clone under /root or in a
+    ``mktemp -d`` directory, mode 0700), so a harness never points it there."""
+    copy = directory / Path(__file__).name
+    shutil.copyfile(Path(__file__).resolve(), copy)
+    copy.chmod(0o644)
+    return copy
 
 
 def _reap(command: list[str]) -> int:
