@@ -9,6 +9,7 @@ out=$(realpath -m "${2:-docs/img/dashboard.png}")
 page=${3:-/heartbeat?window=60}
 mkdir -p "$(dirname "$out")"
 .venv/bin/python - "$db" "$out" "$page" <<'PY'
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ with tempfile.TemporaryDirectory() as workdir, live(conninfo, workdir=Path(workd
         ["/usr/bin/chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
          "--window-size=1280,900", f"--screenshot={out}", server.url + page],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, TMPDIR=workdir),  # chromium leaves a folder in its TMPDIR: gone with workdir
     )
 print(out)
 PY

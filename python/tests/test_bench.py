@@ -33,9 +33,12 @@ EXCEPT_PEERS = ",".join(section for section in SECTIONS if section not in ("peer
 
 
 @pytest.mark.timeout(600)
-def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
+def test_every_section_runs_and_reports(admin_conninfo: str, tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, *SMALL, "--sections", EXCEPT_PEERS],
+        [
+            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, *SMALL),
+            *("--sections", EXCEPT_PEERS, "--workdir", str(tmp_path)),
+        ],
         capture_output=True,
         text=True,
         timeout=540,
@@ -53,13 +56,13 @@ def test_every_section_runs_and_reports(admin_conninfo: str) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_soak_prunes_finished_history_and_nothing_live(admin_conninfo: str) -> None:
+def test_soak_prunes_finished_history_and_nothing_live(admin_conninfo: str, tmp_path: Path) -> None:
     """A 15 s soak with a 3 s age: the maintainer prunes finished tasks, and the database,
     checked against the clients' own log, lost nothing that was live or too young."""
     result = subprocess.run(
         [
             *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "soak"),
-            *("--soak-seconds", "15", "--soak-age", "3"),
+            *("--soak-seconds", "15", "--soak-age", "3", "--workdir", str(tmp_path)),
         ],
         capture_output=True,
         text=True,
@@ -128,6 +131,7 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
         [
             *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers"),
             *("--peer-jobs", "400", "--peer-tenure", "1x2,2x1", "--peers-python", python),
+            *("--workdir", str(tmp_path)),
         ],
         capture_output=True,
         text=True,

@@ -7,6 +7,8 @@ refused without the token or without the CSRF field, and what users name is esca
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -122,11 +124,15 @@ def browser() -> Iterator[webdriver.Chrome]:
     options.binary_location = CHROMIUM  # set explicitly: Selenium Manager must not download a browser
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1400"):
         options.add_argument(argument)
-    chrome = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
-        yield chrome
-    finally:
-        chrome.quit()
+    # Chromium leaves an org.chromium.Chromium.* folder in its TMPDIR after quit(): keep it in one
+    # that goes with the test.
+    with tempfile.TemporaryDirectory(prefix="tenure-test-chromium-") as scratch:
+        service = Service(executable_path=CHROMEDRIVER, env=dict(os.environ, TMPDIR=scratch))
+        chrome = webdriver.Chrome(options=options, service=service)
+        try:
+            yield chrome
+        finally:
+            chrome.quit()
 
 
 def _follow(chrome: webdriver.Chrome, element: WebElement) -> None:

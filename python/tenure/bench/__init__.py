@@ -98,8 +98,9 @@ def run_bench(
     soak_seconds: float = 1800.0,
     soak_age: float | None = None,
     supervise_faults: int = 20,
+    workdir: Path | None = None,
 ) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="tenure-bench-"))
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
         admin.execute("CREATE SCHEMA IF NOT EXISTS tenure_bench")
         admin.execute("CREATE TABLE IF NOT EXISTS tenure_bench.row (id int PRIMARY KEY, v bigint NOT NULL)")
@@ -309,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"({','.join(f'{p}x{c}' for p, c in TENURE_CONFIGS)})",
     )
     parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="an existing directory for the logs and pictures (a new tenure-bench-* in the temporary "
+        "directory, kept)",
+    )
+    parser.add_argument(
         "--peers-python",
         default="",
         help="the interpreter of the peers' virtual environment ($TENURE_PEERS_PYTHON, else .venv-peers)",
@@ -359,4 +367,5 @@ def main(argv: list[str] | None = None) -> int:
         soak_seconds=args.soak_seconds,
         soak_age=args.soak_age,
         supervise_faults=args.supervise_faults,
+        workdir=args.workdir,
     )
