@@ -39,6 +39,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from tenure.connect import (
     acheck_start,
     alisten,
+    awatch_commits,
     check_start,
     connection_options,
     instance_name,
@@ -707,11 +708,8 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self.status = status
         self.claimer: AsyncClaimer
 
-        async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
-            watch_commits(connection)
-
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            conninfo, configure=configure, **self._pool_options()
+            conninfo, configure=awatch_commits, **self._pool_options()
         )
         self.queuer: AsyncQueuer = AsyncQueuer(self.pool, self.claimer, **self._queuer_options())
         self._check = AsyncHeldCheck(self.pool, keyspace, self.claimer.instance_id)

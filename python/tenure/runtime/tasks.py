@@ -57,12 +57,12 @@ from tenure.connect import (
     AsyncDeadlines,
     Deadlines,
     acheck_start,
-    aconfirm_commit,
+    adurable_transaction,
     alisten,
+    awatch_commits,
     check_start,
     connection_options,
     durable_transaction,
-    forget_unconfirmed,
     instance_name,
     listen,
     lost_server,
@@ -1037,7 +1037,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             min_size=1,
             max_size=self.concurrency + 2,
             kwargs=self._connection_options(),
-            configure=self._configure,
+            configure=awatch_commits,
             check=self._check,
             timeout=self.safe_window,
             reconnect_timeout=max(60.0, 10 * self.lease),
@@ -1056,9 +1056,6 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                 "runs its processors on the event loop, where a plain function would block it",
                 hint="Declare it with async def, or use TaskWorker for blocking processors.",
             )
-
-    async def _configure(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        watch_commits(connection)
 
     async def _check(self, connection: psycopg.AsyncConnection[Any]) -> None:
         """A connection idle for a while may lead to a server that failed over: ask it first."""
@@ -1316,8 +1313,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         if writes is None:
             await AsyncDriver(connection).run(self._transition(task, outcome))
             return
-        forget_unconfirmed(connection)
-        async with connection.transaction():
+        async with adurable_transaction(connection):
             await AsyncDriver(connection).run(self._transition(task, outcome))
             written = writes(connection)
             if not inspect.isawaitable(written):
@@ -1326,7 +1322,6 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                     "must be async (take the AsyncConnection and return an awaitable)"
                 )
             await written
-        await aconfirm_commit(connection)
 
 
 # What a processor's runner hands the dispatcher when no processor takes the task's state:
