@@ -26,6 +26,54 @@ from tenure.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+def wait_until(
+    ready: Callable[[], bool],
+    wait: Callable[[float | None], object],
+    timeout: float | None,
+    *,
+    look_every: float | Callable[[], float | None] | None = None,
+) -> bool:
+    """Call ``wait(seconds)`` (a Condition's or an Event's) until ``ready()`` (True) or ``timeout``
+    seconds pass (False; None: no timeout). ``look_every`` bounds each wait, in seconds or as a
+    function that gives them (None: unbounded), for a change that comes without a notice: the
+    end of a safe window, a signal that runs its handler only when the main thread wakes."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        seconds = _next_wait(end, look_every)
+        if seconds is not None and seconds <= 0:
+            return False
+        wait(seconds)
+    return True
+
+
+async def await_until(
+    ready: Callable[[], bool],
+    wait: Callable[[float | None], Awaitable[object]],
+    timeout: float | None,
+    *,
+    look_every: float | Callable[[], float | None] | None = None,
+) -> bool:
+    """:func:`wait_until` for asyncio: ``await wait(seconds)`` (an :class:`AsyncCondition`'s)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        seconds = _next_wait(end, look_every)
+        if seconds is not None and seconds <= 0:
+            return False
+        await wait(seconds)
+    return True
+
+
+def _next_wait(end: float | None, look_every: float | Callable[[], float | None] | None) -> float | None:
+    """How long the next wait of :func:`wait_until` may last (<= 0: the timeout has passed)."""
+    left = None if end is None else end - time.monotonic()
+    if left is not None and left <= 0:
+        return left
+    bound = look_every() if callable(look_every) else look_every
+    if bound is None:
+        return left
+    return bound if left is None else min(left, bound)
+
+
 class LoopLogic:
     """What a loop decides, whichever way it runs: on threads (:class:`CycleLoop`) or as
     asyncio tasks (:class:`AsyncCycleLoop`). Subclasses implement ``_cycle``,
@@ -346,14 +394,8 @@ class GrantLoop(GrantLogic, CycleLoop):
     """A :class:`GrantLogic` on threads."""
 
     def _wait_for_grant(self, timeout: float | None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
         with self._state:
-            while not self._granted():
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state.wait(left)
-            return True
+            return wait_until(self._granted, self._state.wait, timeout)
 
 
 class AsyncRuntime:
@@ -556,15 +598,11 @@ class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
     """A :class:`GrantLogic` on asyncio tasks."""
 
     async def _wait_for_grant(self, timeout: float | None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
+        def granted() -> bool:
             with self._state:
-                if self._granted():
-                    return True
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            await self._state.wait(left)
+                return self._granted()
+
+        return await await_until(granted, self._state.wait, timeout)
 
     @contextlib.asynccontextmanager
     async def _holding_grant(
