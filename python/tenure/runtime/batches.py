@@ -29,7 +29,6 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
@@ -50,7 +49,7 @@ from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
 from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
-from tenure.runtime.loop import AsyncCondition, AsyncRuntime
+from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -514,7 +513,7 @@ class Submissions:
             log.error("%s: the status function failed", self.keyspace, exc_info=error)
 
 
-class SubmissionPool(Submissions):
+class SubmissionPool(Submissions, Runtime):
     """Submitters and a monitor for one queue (claims keyspace), on threads. Use as a
     context manager: leaving it lets the submissions in progress finish, then releases
     the claims (the keys' next holders take over at once)."""
@@ -562,7 +561,7 @@ class SubmissionPool(Submissions):
         self._resolve_soon = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self) -> SubmissionPool:
+    def start(self) -> Self:
         check_start(self.conninfo, **self._start_options())
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
@@ -583,14 +582,6 @@ class SubmissionPool(Submissions):
         self._threads.clear()
         self.claimer.stop()
         self.pool.close()
-
-    def __enter__(self) -> SubmissionPool:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _submitter(self) -> None:
         while not self._stopping:

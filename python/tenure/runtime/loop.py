@@ -74,6 +74,45 @@ def _next_wait(end: float | None, look_every: float | Callable[[], float | None]
     return bound if left is None else min(left, bound)
 
 
+class Runtime:
+    """A runtime as a ``with`` block: entering starts it, leaving stops it (resigns, releases,
+    or finishes the work in hand, as each runtime's ``stop`` says)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class AsyncRuntime:
+    """:class:`Runtime` for asyncio, an ``async with`` block: entering starts it; leaving, or
+    the cancellation of the task in it, stops it. The stop is shielded, so a second
+    cancellation of that task does not cut a resignation or a release short."""
+
+    async def start(self) -> Self:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+
 class LoopLogic:
     """What a loop decides, whichever way it runs: on threads (:class:`CycleLoop`) or as
     asyncio tasks (:class:`AsyncCycleLoop`). Subclasses implement ``_cycle``,
@@ -180,7 +219,7 @@ class LoopLogic:
         return self._deadline - time.monotonic() if self._holding() else None
 
 
-class CycleLoop(LoopLogic):
+class CycleLoop(LoopLogic, Runtime):
     """A :class:`LoopLogic` on two threads: the loop and its watchdog."""
 
     def __init__(self, conninfo: str, **loop: Any) -> None:
@@ -229,14 +268,6 @@ class CycleLoop(LoopLogic):
                 time.sleep(0.2)
         self._close()
         self._deadlines.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -396,26 +427,6 @@ class GrantLoop(GrantLogic, CycleLoop):
     def _wait_for_grant(self, timeout: float | None) -> bool:
         with self._state:
             return wait_until(self._granted, self._state.wait, timeout)
-
-
-class AsyncRuntime:
-    """An async runtime as an ``async with`` block: entering starts it; leaving, or the
-    cancellation of the task in it, stops it. The stop is shielded, so a second
-    cancellation of that task does not cut a resignation or a release short."""
-
-    async def start(self) -> Self:
-        raise NotImplementedError
-
-    async def stop(self) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.shield(self.stop())
 
 
 class AsyncCondition:

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Self
 
 import psycopg
@@ -36,7 +35,7 @@ from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, Schedul
 from tenure.errors import InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.heartbeat import AsyncElector, Elector
-from tenure.runtime.loop import AsyncRuntime
+from tenure.runtime.loop import AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +215,7 @@ class MaintainLogic:
 Steps = Generator[Op[Any], Any, None]
 
 
-class Maintainer(MaintainLogic):
+class Maintainer(MaintainLogic, Runtime):
     """Ticks schedules and runs retention while elected; use as a context manager.
 
     ``interval`` and ``timeout`` are the election's I and T (T > 2I). Leaving the
@@ -257,14 +256,6 @@ class Maintainer(MaintainLogic):
         self._threads.clear()
         self.elector.stop(resign=True, grace=grace)
         self._deadlines.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None

@@ -37,10 +37,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Self
 
 from tenure.errors import InvalidConfiguration
+from tenure.runtime.loop import Runtime
 from tenure.runtime.shutdown import SIGNAL_CHECK, shutdown_signals
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class Child:
         return None if self.returncode is None else exit_status(self.returncode)
 
 
-class Supervisor:
+class Supervisor(Runtime):
     """Runs commands tied to grants, and stops each the moment its grant ends.
 
     ``spawn(key, held, env)`` starts ``argv`` for a grant; a thread of the supervisor
@@ -230,14 +230,6 @@ class Supervisor:
         if self._thread is not None:
             self._thread.join()
         self.warden.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- children ------------------------------------------------------------------------
 

@@ -47,8 +47,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -71,7 +70,7 @@ from tenure.connect import (
 from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
-from tenure.runtime.loop import AsyncRuntime
+from tenure.runtime.loop import AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -724,7 +723,7 @@ class TaskLogic:
             self._hand_over(task, self._processor_failed(task, error))
 
 
-class TaskWorker(TaskLogic):
+class TaskWorker(TaskLogic, Runtime):
     """Runs processors on leased tasks with at most ``concurrency`` in flight, on threads.
 
     ``processors`` maps a kind, or a (kind, state) pair, to a processor; the pair
@@ -796,7 +795,7 @@ class TaskWorker(TaskLogic):
 
     # -- life cycle ---------------------------------------------------------------
 
-    def start(self) -> TaskWorker:
+    def start(self) -> Self:
         self._check_start()
         self._pool.open(wait=True, timeout=30)
         loops: list[tuple[Callable[[], None], str]] = [(self._dispatch, "dispatch"), (self._extend, "extend")]
@@ -843,14 +842,6 @@ class TaskWorker(TaskLogic):
         self._threads.clear()
         self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
         self._deadlines.close()
-
-    def __enter__(self) -> TaskWorker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _wake_dispatcher(self) -> None:
         self._wake.set()
