@@ -119,7 +119,7 @@ class LoopLogic:
     ``_cycle_failed``, ``_holding``, ``_expire``, ``_stopped`` and ``_leave``; ``_cycle``
     and ``_leave`` are operations (see :mod:`tenure.driver`), so each is written once."""
 
-    _state: Any  # guards what the subclass holds and _deadline: a Condition or an AsyncCondition
+    _state: threading.Condition | AsyncCondition  # guards what the subclass holds and _deadline
 
     def __init__(
         self,
@@ -221,6 +221,8 @@ class LoopLogic:
 
 class CycleLoop(LoopLogic, Runtime):
     """A :class:`LoopLogic` on two threads: the loop and its watchdog."""
+
+    _state: threading.Condition
 
     def __init__(self, conninfo: str, **loop: Any) -> None:
         super().__init__(conninfo, **loop)
@@ -465,6 +467,8 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
     blocked; what the application asks (``term``, ``is_primary()``) reads the clock and
     is never late, and ``leading()`` cancels at the deadline itself.
     """
+
+    _state: AsyncCondition
 
     def __init__(self, conninfo: str, **loop: Any) -> None:
         super().__init__(conninfo, **loop)
