@@ -37,7 +37,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import IO, Any, Protocol, Self
+from uuid import UUID
 
 from tenure.errors import InvalidConfiguration
 from tenure.runtime.loop import Runtime
@@ -353,6 +354,34 @@ def _signal(pgid: int, sig: int) -> None:
 RESTART_AFTER = 1.0  # seconds between a command's exit and its restart under --restart
 
 
+class Followed(Protocol):
+    """What :class:`GrantedCommands` follows: a runtime (or a test's stand-in) that calls back
+    at every change of what it holds."""
+
+    @property
+    def instance_id(self) -> UUID: ...
+
+    def follow(self, callback: Callable[[], None]) -> None: ...
+
+
+class Elected(Followed, Protocol):
+    """What :class:`ElectedCommand` reads of an elector."""
+
+    @property
+    def utype(self) -> str: ...
+
+    def grant_until(self) -> tuple[int, float] | None: ...
+
+
+class Claiming(Followed, Protocol):
+    """What :class:`ClaimedCommands` reads of a claimer."""
+
+    @property
+    def keyspace(self) -> str: ...
+
+    def held_until(self) -> tuple[dict[str, int], float]: ...
+
+
 class GrantedCommands:
     """What ``elect --exec`` and ``claim run --exec`` share: a loop that starts the command
     for each grant held that has none running, on every change (a follower of the runtime,
@@ -361,7 +390,7 @@ class GrantedCommands:
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: Followed,
         argv: Sequence[str],
         *,
         kill_grace: float,
@@ -456,6 +485,8 @@ class ElectedCommand(GrantedCommands):
     """``tenure elect --exec``: runs the command while ``elector`` is primary, one child per
     term, with ``TENURE_INSTANCE_ID``, ``TENURE_TYPE`` and ``TENURE_TERM``."""
 
+    runtime: Elected
+
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
         elector = self.runtime
         grant = elector.grant_until()
@@ -481,6 +512,8 @@ class ElectedCommand(GrantedCommands):
 class ClaimedCommands(GrantedCommands):
     """``tenure claim run --exec``: one child per key ``claimer`` holds, with
     ``TENURE_INSTANCE_ID``, ``TENURE_KEYSPACE``, ``TENURE_KEY`` and ``TENURE_EPOCH``."""
+
+    runtime: Claiming
 
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
         claimer = self.runtime
