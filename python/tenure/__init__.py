@@ -50,16 +50,9 @@ from tenure.metrics import Metrics, MetricsServer
 from tenure.runtime.batches import SubmissionPool
 from tenure.runtime.claims import Claimer, Keys
 from tenure.runtime.heartbeat import ElectionTiming, Elector
-from tenure.runtime.maintain import (
-    Maintainer,
-    MaintainerStats,
-    Retention,
-    Schedules,
-    ScheduleSpec,
-    schedule,
-    sync_schedules,
-)
+from tenure.runtime.maintain import Maintainer, MaintainerStats, Retention
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
+from tenure.runtime.schedules import Schedules, ScheduleSpec, schedule, sync_schedules
 from tenure.runtime.shutdown import shutdown_signals, wait_for_shutdown
 from tenure.runtime.tasks import (
     Complete,

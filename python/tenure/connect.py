@@ -19,8 +19,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
@@ -134,6 +134,11 @@ def watch_commits(connection: psycopg.BaseConnection[Any]) -> None:
     connection.add_notice_handler(on_notice)
 
 
+async def awatch_commits(connection: psycopg.AsyncConnection[Any]) -> None:
+    """:func:`watch_commits` as a coroutine: the ``configure`` of an ``AsyncConnectionPool``."""
+    watch_commits(connection)
+
+
 def forget_unconfirmed(connection: psycopg.BaseConnection[Any]) -> None:
     """Start counting from now (before a call or a transaction whose commit is checked)."""
     watch_commits(connection)
@@ -182,6 +187,17 @@ def durable_transaction(connection: psycopg.Connection[Any]) -> Iterator[psycopg
     with connection.transaction():
         yield connection
     confirm_commit(connection)
+
+
+@asynccontextmanager
+async def adurable_transaction(
+    connection: psycopg.AsyncConnection[Any],
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """:func:`durable_transaction` for an async connection."""
+    forget_unconfirmed(connection)
+    async with connection.transaction():
+        yield connection
+    await aconfirm_commit(connection)
 
 
 def lost_server(error: BaseException, connection: psycopg.BaseConnection[Any] | None = None) -> bool:

@@ -13,8 +13,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure import Driver, InvalidArgument, InvalidConfiguration, NotPrimary, PrimaryEntry, TenureError
+from tenure import (
+    CommitNotConfirmed,
+    Driver,
+    InvalidArgument,
+    InvalidConfiguration,
+    NotPrimary,
+    PrimaryEntry,
+    TenureError,
+)
 from tenure.aio import AsyncDriver
+from tenure.connect import aconnect, adurable_transaction, durable_transaction
+from tenure.connect import connect as tenure_connect
 from tenure.driver import _scalar
 from tenure.testing.aio import Blocking, Flavour
 
@@ -116,6 +126,37 @@ def test_async_fence_guards_the_applications_own_transaction(admin_conninfo: str
             return await cursor.fetchall()
 
     assert asyncio.run(main()) == [(1,)], "the write of the refused transaction was rolled back"
+
+
+# What the server says when a commit's wait for a synchronous standby was cancelled; a WARNING
+# raised in the transaction stands in for it, as no standby runs here.
+_CANCELLED_WAIT = (
+    "DO $$ BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; END $$"
+)
+
+
+def test_a_durable_transaction_refuses_a_commit_the_server_could_not_confirm(admin_conninfo: str) -> None:
+    with tenure_connect(admin_conninfo, application_name="durable", deadline=5) as connection:
+        with durable_transaction(connection):
+            connection.execute("SELECT 1")
+        with pytest.raises(CommitNotConfirmed), durable_transaction(connection):
+            connection.execute(_CANCELLED_WAIT)
+        assert connection.closed, "a connection whose commit was not confirmed is closed"
+
+
+def test_an_async_durable_transaction_refuses_a_commit_the_server_could_not_confirm(
+    admin_conninfo: str,
+) -> None:
+    async def main() -> bool:
+        async with await aconnect(admin_conninfo, application_name="durable", deadline=5) as connection:
+            async with adurable_transaction(connection):
+                await connection.execute("SELECT 1")
+            with pytest.raises(CommitNotConfirmed):
+                async with adurable_transaction(connection):
+                    await connection.execute(_CANCELLED_WAIT)
+            return connection.closed
+
+    assert asyncio.run(main()), "a connection whose commit was not confirmed is closed"
 
 
 def test_a_fenced_transaction_holds_off_takeover_until_it_ends(

@@ -8,8 +8,9 @@ import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Self
+
+from tenure.runtime.loop import Runtime
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -22,7 +23,7 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class JsonEndpoint:
+class JsonEndpoint(Runtime):
     """A small HTTP server on a background thread whose answers are JSON: the base of
     the elector's and the replica's endpoints. Subclasses implement ``_answer``."""
 
@@ -78,11 +79,3 @@ class JsonEndpoint:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -17,10 +17,11 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler
-from types import TracebackType
+from typing import Self
 
 from tenure.http.held import HeldEndpoint
 from tenure.runtime.heartbeat import Elector
+from tenure.runtime.loop import Runtime
 
 
 class PrimaryEndpoint(HeldEndpoint):
@@ -89,7 +90,7 @@ def ask_primary(url: str, *, timeout: float) -> float:
         raise
 
 
-class PrimaryWatch:
+class PrimaryWatch(Runtime):
     """Polls a local ``/primary`` endpoint every ``interval`` seconds.
 
     ``is_primary()`` is True only while the last "yes" answered a request sent less
@@ -128,7 +129,7 @@ class PrimaryWatch:
             self.check()
             self._stopping.wait(self.interval)
 
-    def start(self) -> PrimaryWatch:
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name="tenure-primary-watch", daemon=True)
         self._thread.start()
         return self
@@ -137,11 +138,3 @@ class PrimaryWatch:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
-
-    def __enter__(self) -> PrimaryWatch:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
+from dataclasses import dataclass
 from typing import Any, Self
 from uuid import UUID
 
@@ -39,6 +39,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from tenure.connect import (
     acheck_start,
     alisten,
+    awatch_commits,
     check_start,
     connection_options,
     instance_name,
@@ -49,7 +50,7 @@ from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
 from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
-from tenure.runtime.loop import AsyncCondition, AsyncRuntime
+from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,15 @@ class AsyncQueuer(Selection):
 # -- the last check before submitting ------------------------------------------------------
 
 
+@dataclass(eq=False)
+class Ask:
+    """One submitter's question to :class:`ClaimCheck`, and the answer once a call gave it."""
+
+    key: str
+    epoch: int
+    held: bool | None = None  # None: not answered yet
+
+
 class ClaimCheck:
     """The submitters' last check, in the database, that a key's claim is still held in
     the epoch a batch was selected under. Concurrent checks share one ``batch_check`` call,
@@ -192,35 +202,35 @@ class ClaimCheck:
     def __init__(self, keyspace: str, instance_id: UUID) -> None:
         self.keyspace = keyspace
         self.instance_id = instance_id
-        self._asked: list[list[Any]] = []  # [key, epoch, answer or None]
+        self._asked: list[Ask] = []
         self._calling = False
         self.calls = 0
 
-    def _ask(self, key: str, epoch: int) -> list[Any]:
-        ask: list[Any] = [key, epoch, None]
+    def _ask(self, key: str, epoch: int) -> Ask:
+        ask = Ask(key, epoch)
         self._asked.append(ask)
         return ask
 
-    def _waits(self, ask: list[Any]) -> bool:
+    def _waits(self, ask: Ask) -> bool:
         """Whether ``ask`` must wait for the call in flight (or the next one's answer)."""
-        return ask[2] is None and self._calling
+        return ask.held is None and self._calling
 
-    def _begin(self) -> list[list[Any]]:
+    def _begin(self) -> list[Ask]:
         """This caller asks for every check waiting now."""
         self._calling = True
         asked, self._asked = self._asked, []
         self.calls += 1
         return asked
 
-    def _call(self, asked: list[list[Any]]) -> Op[list[bool]]:
-        return OPS.batch_check(self.keyspace, self.instance_id, [(a[0], a[1]) for a in asked])
+    def _call(self, asked: list[Ask]) -> Op[list[bool]]:
+        return OPS.batch_check(self.keyspace, self.instance_id, [(a.key, a.epoch) for a in asked])
 
     def _failed(self, error: psycopg.Error) -> None:
         log.warning("%s: checking claims before submitting failed: %s", self.keyspace, error)
 
-    def _answer(self, asked: list[list[Any]], answers: list[bool]) -> None:
+    def _answer(self, asked: list[Ask], answers: list[bool]) -> None:
         for n, a in enumerate(asked):
-            a[2] = answers[n] if n < len(answers) else False
+            a.held = answers[n] if n < len(answers) else False
         self._calling = False
 
 
@@ -237,8 +247,8 @@ class HeldCheck(ClaimCheck):
             ask = self._ask(key, epoch)
             while self._waits(ask):
                 self._changed.wait()
-            if ask[2] is not None:
-                return bool(ask[2])
+            if ask.held is not None:
+                return ask.held
             asked = self._begin()
         answers: list[bool] = []
         try:
@@ -250,7 +260,7 @@ class HeldCheck(ClaimCheck):
             with self._changed:
                 self._answer(asked, answers)
                 self._changed.notify_all()
-        return bool(ask[2])
+        return bool(ask.held)
 
 
 class AsyncHeldCheck(ClaimCheck):
@@ -265,8 +275,8 @@ class AsyncHeldCheck(ClaimCheck):
         ask = self._ask(key, epoch)
         while self._waits(ask):
             await self._changed.wait()
-        if ask[2] is not None:
-            return bool(ask[2])
+        if ask.held is not None:
+            return ask.held
         asked = self._begin()
         answers: list[bool] = []
         try:
@@ -277,7 +287,7 @@ class AsyncHeldCheck(ClaimCheck):
         finally:  # also when cancelled: the checks it carried are answered no
             self._answer(asked, answers)
             self._changed.notify_all()
-        return bool(ask[2])
+        return bool(ask.held)
 
 
 # -- the pool -------------------------------------------------------------------------------
@@ -289,9 +299,9 @@ class Submissions:
     before submitting, what to count, what to ask the external system and how to resolve
     it, and how soon to ask again. The shells only wait and call."""
 
-    _order_changed: Any  # a threading.Condition or an AsyncCondition
-    _wake: Any  # submitters: something may have become eligible (threading or asyncio Event)
-    _resolve_soon: Any  # monitor: something was submitted
+    _order_changed: threading.Condition | AsyncCondition
+    _wake: threading.Event | asyncio.Event  # submitters: something may have become eligible
+    _resolve_soon: threading.Event | asyncio.Event  # monitor: something was submitted
     queuer: Queuer | AsyncQueuer
 
     def __init__(
@@ -513,10 +523,14 @@ class Submissions:
             log.error("%s: the status function failed", self.keyspace, exc_info=error)
 
 
-class SubmissionPool(Submissions):
+class SubmissionPool(Submissions, Runtime):
     """Submitters and a monitor for one queue (claims keyspace), on threads. Use as a
     context manager: leaving it lets the submissions in progress finish, then releases
     the claims (the keys' next holders take over at once)."""
+
+    _order_changed: threading.Condition
+    _wake: threading.Event
+    _resolve_soon: threading.Event
 
     def __init__(
         self,
@@ -561,7 +575,7 @@ class SubmissionPool(Submissions):
         self._resolve_soon = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self) -> SubmissionPool:
+    def start(self) -> Self:
         check_start(self.conninfo, **self._start_options())
         self.pool.open(wait=True, timeout=30)
         self.claimer.start()
@@ -582,14 +596,6 @@ class SubmissionPool(Submissions):
         self._threads.clear()
         self.claimer.stop()
         self.pool.close()
-
-    def __enter__(self) -> SubmissionPool:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _submitter(self) -> None:
         while not self._stopping:
@@ -674,6 +680,10 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
     then releases the claims, as leaving a :class:`SubmissionPool` does.
     """
 
+    _order_changed: AsyncCondition
+    _wake: asyncio.Event
+    _resolve_soon: asyncio.Event
+
     def __init__(
         self,
         conninfo: str,
@@ -707,11 +717,8 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self.status = status
         self.claimer: AsyncClaimer
 
-        async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
-            watch_commits(connection)
-
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            conninfo, configure=configure, **self._pool_options()
+            conninfo, configure=awatch_commits, **self._pool_options()
         )
         self.queuer: AsyncQueuer = AsyncQueuer(self.pool, self.claimer, **self._queuer_options())
         self._check = AsyncHeldCheck(self.pool, keyspace, self.claimer.instance_id)

@@ -25,7 +25,7 @@ from tenure.connect import instance_name
 from tenure.driver import OPS, Op
 from tenure.errors import ClaimLost, InvalidArgument, InvalidConfiguration
 from tenure.metrics import Metrics
-from tenure.runtime.loop import AsyncCycleLoop, CycleLoop, LoopLogic
+from tenure.runtime.loop import AsyncCycleLoop, CycleLoop, LoopLogic, await_until, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -97,22 +97,12 @@ class ClaimLogic(LoopLogic):
         """The epoch ``key`` is held in, or None when it is not held."""
         return self.held().get(key)
 
-    def _look(self, condition: Condition, end: float | None) -> tuple[bool | None, float | None]:
-        """One look of ``wait_for`` (``end`` None: no timeout): (True or False, None) when it
-        is decided, else (None, how long to wait for a change before looking again, None: no
-        bound). ``held()`` empties at the end of the safe window without a notice, so a wait
-        ends there too."""
-        held = self.held()
-        if condition(held):
-            return True, None
-        now = time.monotonic()
-        if end is not None and now >= end:
-            return False, None
+    def _until_unheld(self) -> float | None:
+        """Seconds until ``held()`` empties at the end of the safe window, which no notice
+        announces, so a wait ends there too (None: nothing held)."""
         with self._state:
-            until = self._deadline if held else None
-        if end is not None:
-            until = end if until is None else min(until, end)
-        return None, None if until is None else max(until - now, 0.001)
+            left = self._deadline - time.monotonic() if self._held else 0.0
+        return max(left, 0.001) if left > 0 else None
 
     # -- the cycle ----------------------------------------------------------------------
 
@@ -176,13 +166,10 @@ class Claimer(ClaimLogic, CycleLoop):
 
     def wait_for(self, condition: Condition, timeout: float) -> bool:
         """Block until ``condition(held())`` is true (True) or ``timeout`` passes (False)."""
-        end = time.monotonic() + timeout
         with self._state:  # reentrant: a change between a look and the wait is not missed
-            while True:
-                done, wait = self._look(condition, end)
-                if done is not None:
-                    return done
-                self._state.wait(wait)
+            return wait_until(
+                lambda: condition(self.held()), self._state.wait, timeout, look_every=self._until_unheld
+            )
 
     def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
         """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
@@ -202,12 +189,10 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
     async def wait_for(self, condition: Condition, timeout: float | None) -> bool:
         """Wait until ``condition(held())`` is true (True) or ``timeout`` seconds pass (False;
         None: no timeout)."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            done, wait = self._look(condition, end)
-            if done is not None:
-                return done
-            await self._state.wait(wait)  # no await since the look: no change is missed
+        # No await between a look and the wait: no change is missed.
+        return await await_until(
+            lambda: condition(self.held()), self._state.wait, timeout, look_every=self._until_unheld
+        )
 
     def holding(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[int]:
         """``async with claimer.holding(key) as epoch:`` runs its body only while ``key`` is held

@@ -26,13 +26,100 @@ from tenure.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+def wait_until(
+    ready: Callable[[], bool],
+    wait: Callable[[float | None], object],
+    timeout: float | None,
+    *,
+    look_every: float | Callable[[], float | None] | None = None,
+) -> bool:
+    """Call ``wait(seconds)`` (a Condition's or an Event's) until ``ready()`` (True) or ``timeout``
+    seconds pass (False; None: no timeout). ``look_every`` bounds each wait, in seconds or as a
+    function that gives them (None: unbounded), for a change that comes without a notice: the
+    end of a safe window, a signal that runs its handler only when the main thread wakes."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        seconds = _next_wait(end, look_every)
+        if seconds is not None and seconds <= 0:
+            return False
+        wait(seconds)
+    return True
+
+
+async def await_until(
+    ready: Callable[[], bool],
+    wait: Callable[[float | None], Awaitable[object]],
+    timeout: float | None,
+    *,
+    look_every: float | Callable[[], float | None] | None = None,
+) -> bool:
+    """:func:`wait_until` for asyncio: ``await wait(seconds)`` (an :class:`AsyncCondition`'s)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        seconds = _next_wait(end, look_every)
+        if seconds is not None and seconds <= 0:
+            return False
+        await wait(seconds)
+    return True
+
+
+def _next_wait(end: float | None, look_every: float | Callable[[], float | None] | None) -> float | None:
+    """How long the next wait of :func:`wait_until` may last (<= 0: the timeout has passed)."""
+    left = None if end is None else end - time.monotonic()
+    if left is not None and left <= 0:
+        return left
+    bound = look_every() if callable(look_every) else look_every
+    if bound is None:
+        return left
+    return bound if left is None else min(left, bound)
+
+
+class Runtime:
+    """A runtime as a ``with`` block: entering starts it, leaving stops it (resigns, releases,
+    or finishes the work in hand, as each runtime's ``stop`` says)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class AsyncRuntime:
+    """:class:`Runtime` for asyncio, an ``async with`` block: entering starts it; leaving, or
+    the cancellation of the task in it, stops it. The stop is shielded, so a second
+    cancellation of that task does not cut a resignation or a release short."""
+
+    async def start(self) -> Self:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+
 class LoopLogic:
     """What a loop decides, whichever way it runs: on threads (:class:`CycleLoop`) or as
     asyncio tasks (:class:`AsyncCycleLoop`). Subclasses implement ``_cycle``,
     ``_cycle_failed``, ``_holding``, ``_expire``, ``_stopped`` and ``_leave``; ``_cycle``
     and ``_leave`` are operations (see :mod:`tenure.driver`), so each is written once."""
 
-    _state: Any  # guards what the subclass holds and _deadline: a Condition or an AsyncCondition
+    _state: threading.Condition | AsyncCondition  # guards what the subclass holds and _deadline
 
     def __init__(
         self,
@@ -132,8 +219,10 @@ class LoopLogic:
         return self._deadline - time.monotonic() if self._holding() else None
 
 
-class CycleLoop(LoopLogic):
+class CycleLoop(LoopLogic, Runtime):
     """A :class:`LoopLogic` on two threads: the loop and its watchdog."""
+
+    _state: threading.Condition
 
     def __init__(self, conninfo: str, **loop: Any) -> None:
         super().__init__(conninfo, **loop)
@@ -181,14 +270,6 @@ class CycleLoop(LoopLogic):
                 time.sleep(0.2)
         self._close()
         self._deadlines.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -346,34 +427,8 @@ class GrantLoop(GrantLogic, CycleLoop):
     """A :class:`GrantLogic` on threads."""
 
     def _wait_for_grant(self, timeout: float | None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
         with self._state:
-            while not self._granted():
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state.wait(left)
-            return True
-
-
-class AsyncRuntime:
-    """An async runtime as an ``async with`` block: entering starts it; leaving, or the
-    cancellation of the task in it, stops it. The stop is shielded, so a second
-    cancellation of that task does not cut a resignation or a release short."""
-
-    async def start(self) -> Self:
-        raise NotImplementedError
-
-    async def stop(self) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.shield(self.stop())
+            return wait_until(self._granted, self._state.wait, timeout)
 
 
 class AsyncCondition:
@@ -412,6 +467,8 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
     blocked; what the application asks (``term``, ``is_primary()``) reads the clock and
     is never late, and ``leading()`` cancels at the deadline itself.
     """
+
+    _state: AsyncCondition
 
     def __init__(self, conninfo: str, **loop: Any) -> None:
         super().__init__(conninfo, **loop)
@@ -556,15 +613,11 @@ class AsyncGrantLoop(GrantLogic, AsyncCycleLoop):
     """A :class:`GrantLogic` on asyncio tasks."""
 
     async def _wait_for_grant(self, timeout: float | None) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
+        def granted() -> bool:
             with self._state:
-                if self._granted():
-                    return True
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            await self._state.wait(left)
+                return self._granted()
+
+        return await await_until(granted, self._state.wait, timeout)
 
     @contextlib.asynccontextmanager
     async def _holding_grant(

@@ -1,5 +1,5 @@
 """The maintainer: one elected instance per database that ticks the schedules and runs
-retention; and the registry that declares schedules next to their processors.
+retention.
 
 ``Maintainer`` stands in tenure's own heartbeat election (an ``Elector`` of the service
 type ``tenure.maintain``). Only while it is primary, and each call bounded by what is
@@ -14,10 +14,7 @@ idempotent per (schedule, slot) whoever calls it, however many at once. The elec
 keeps the work in one place, and a standby takes over within T + I of a crash; with
 the catch-up policy ``'all'`` the slots missed meanwhile are created then.
 
-``schedule(...)`` decorates a processor with the schedule that feeds it; a
-``Schedules`` registry collects them, ``sync_schedules`` sets them in the database
-(idempotent: ``schedule_set`` keeps each schedule's progress), and
-``Schedules.processors()`` is the mapping a ``TaskWorker`` takes.
+The schedules themselves are declared in Python with :mod:`tenure.runtime.schedules`.
 """
 
 from __future__ import annotations
@@ -26,20 +23,19 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from types import ModuleType, TracebackType
 from typing import Any, Self
 
 import psycopg
 
 from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
-from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleInfo, ScheduleSlot
-from tenure.errors import InvalidArgument, InvalidConfiguration
+from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleSlot
+from tenure.errors import InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.heartbeat import AsyncElector, Elector
-from tenure.runtime.loop import AsyncRuntime
+from tenure.runtime.loop import AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +215,7 @@ class MaintainLogic:
 Steps = Generator[Op[Any], Any, None]
 
 
-class Maintainer(MaintainLogic):
+class Maintainer(MaintainLogic, Runtime):
     """Ticks schedules and runs retention while elected; use as a context manager.
 
     ``interval`` and ``timeout`` are the election's I and T (T > 2I). Leaving the
@@ -260,14 +256,6 @@ class Maintainer(MaintainLogic):
         self._threads.clear()
         self.elector.stop(resign=True, grace=grace)
         self._deadlines.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None
@@ -391,153 +379,3 @@ def _next_step(steps: Steps, result: Any) -> Op[Any] | None:
         return steps.send(result)
     except StopIteration:
         return None
-
-
-# -- schedules declared in Python -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScheduleSpec:
-    """A schedule as ``schedule(...)`` declares it: the arguments of ``schedule_set``."""
-
-    name: str
-    kind: str
-    cron: str | None = None
-    every: timedelta | None = None
-    timezone: str = "UTC"
-    data: Any = None
-    max_attempts: int = 5
-    catch_up: str = "latest"
-    catch_up_limit: int = 10
-
-    def set(self, driver: Driver) -> ScheduleInfo:
-        return driver.schedule_set(
-            self.name,
-            self.kind,
-            cron=self.cron,
-            every=self.every,
-            timezone=self.timezone,
-            data=self.data,
-            max_attempts=self.max_attempts,
-            catch_up=self.catch_up,
-            catch_up_limit=self.catch_up_limit,
-        )
-
-
-SPEC_ATTRIBUTE = "tenure_schedule"
-F = Callable[..., Any]
-
-
-def schedule(
-    cron: str | None = None,
-    *,
-    every: timedelta | float | None = None,
-    tz: str = "UTC",
-    name: str | None = None,
-    kind: str | None = None,
-    data: Any = None,
-    max_attempts: int = 5,
-    catch_up: str = "latest",
-    catch_up_limit: int = 10,
-) -> Callable[[F], F]:
-    """Declare the schedule that feeds a processor: ``@schedule("0 3 * * *", tz="Europe/Zurich")``
-    or ``@schedule(every=10)``. The name and the kind default to the function's name.
-
-    It returns the function unchanged, with a :class:`ScheduleSpec` attached; a
-    :class:`Schedules` registry collects them. The database checks the expression and
-    the zone when the schedule is set (``sync_schedules``).
-    """
-    if (cron is None) == (every is None):
-        raise InvalidArgument("a schedule takes exactly one of a cron expression and every=")
-    interval = every if every is None or isinstance(every, timedelta) else timedelta(seconds=every)
-
-    def decorate(function: F) -> F:
-        function_name = getattr(function, "__name__", None)
-        if not (name or kind) and not function_name:
-            raise InvalidArgument(f"{function!r} has no __name__: give the schedule a name and a kind")
-        spec = ScheduleSpec(
-            name=name or str(function_name),
-            kind=kind or str(function_name),
-            cron=cron,
-            every=interval,
-            timezone=tz,
-            data=data,
-            max_attempts=max_attempts,
-            catch_up=catch_up,
-            catch_up_limit=catch_up_limit,
-        )
-        setattr(function, SPEC_ATTRIBUTE, spec)
-        return function
-
-    return decorate
-
-
-class Schedules:
-    """A registry of scheduled processors: ``Schedules(fn, ...)``, ``Schedules.of(module)``,
-    or ``@registry.schedule(...)`` to declare and register in one step."""
-
-    def __init__(self, *functions: F) -> None:
-        self._entries: dict[str, tuple[ScheduleSpec, F]] = {}
-        for function in functions:
-            self.add(function)
-
-    @classmethod
-    def of(cls, *modules: ModuleType) -> Schedules:
-        """Every function a ``@schedule`` decorated in the modules' namespaces."""
-        found = [
-            value
-            for module in modules
-            for value in vars(module).values()
-            if callable(value) and isinstance(getattr(value, SPEC_ATTRIBUTE, None), ScheduleSpec)
-        ]
-        return cls(*found)
-
-    def add(self, function: F) -> F:
-        spec = getattr(function, SPEC_ATTRIBUTE, None)
-        if not isinstance(spec, ScheduleSpec):
-            raise InvalidArgument(f"{function!r} carries no @schedule")
-        known = self._entries.get(spec.name)
-        if known is not None and known[1] is not function:
-            raise InvalidArgument(f"two functions declare the schedule {spec.name!r}")
-        clash = [s.name for s, f in self._entries.values() if s.kind == spec.kind and f is not function]
-        if clash:
-            raise InvalidArgument(
-                f"the kind {spec.kind!r} of schedule {spec.name!r} is already processed by "
-                f"another function (schedule {clash[0]!r})"
-            )
-        self._entries[spec.name] = (spec, function)
-        return function
-
-    def schedule(self, cron: str | None = None, **options: Any) -> Callable[[F], F]:
-        """``schedule(...)`` that also registers the function here."""
-
-        def decorate(function: F) -> F:
-            return self.add(schedule(cron, **options)(function))
-
-        return decorate
-
-    @property
-    def specs(self) -> list[ScheduleSpec]:
-        return [spec for spec, _ in sorted(self._entries.values(), key=lambda e: e[0].name)]
-
-    def processors(self) -> dict[str | tuple[str, str], Callable[..., Any]]:
-        """kind -> processor: the mapping ``TaskWorker(processors=...)`` takes (merge with others)."""
-        return {spec.kind: function for spec, function in self._entries.values()}
-
-    def sync(self, driver: Driver) -> list[ScheduleInfo]:
-        return sync_schedules(driver, self)
-
-
-def sync_schedules(
-    driver: Driver, schedules: Schedules | Iterable[F] | Mapping[str, F]
-) -> list[ScheduleInfo]:
-    """Set every declared schedule in the database (``schedule_set``, one call each).
-
-    Idempotent: an unchanged schedule keeps its next slot and its pause; a changed
-    expression, interval or zone starts again at its first slot after now. Schedules
-    that are in the database but not declared here are left alone.
-    """
-    if not isinstance(schedules, Schedules):
-        values = schedules.values() if isinstance(schedules, Mapping) else schedules
-        schedules = Schedules(*values)
-    return [spec.set(driver) for spec in schedules.specs]

@@ -99,7 +99,7 @@ class Replication(GrantLogic):
 
     grant_name = "epoch"
     _connection: Any  # the lock connection, of the shell's kind
-    _writing: Any  # the shell's lock around each cycle and each write (see _turn)
+    _writing: threading.RLock | asyncio.Lock  # around each cycle and each write (see _turn)
 
     def __init__(
         self,
@@ -266,7 +266,7 @@ class Replication(GrantLogic):
 
     # -- role changes ------------------------------------------------------------------
 
-    def _new_turn(self) -> Any:
+    def _new_turn(self) -> threading.RLock | asyncio.Lock:
         raise NotImplementedError
 
     def _close_connection(self) -> None:

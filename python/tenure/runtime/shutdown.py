@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from tenure.runtime.loop import wait_until
 
 
 @contextmanager
@@ -37,11 +38,5 @@ SIGNAL_CHECK = 0.2
 
 def wait_for_shutdown(*, timeout: float | None = None) -> bool:
     """Block until SIGTERM or SIGINT arrives (True) or ``timeout`` passes (False)."""
-    end = None if timeout is None else time.monotonic() + timeout
     with shutdown_signals() as stop:
-        while True:
-            left = SIGNAL_CHECK if end is None else min(SIGNAL_CHECK, end - time.monotonic())
-            if left <= 0:
-                return stop.is_set()
-            if stop.wait(left):
-                return True
+        return wait_until(stop.is_set, stop.wait, timeout, look_every=SIGNAL_CHECK)

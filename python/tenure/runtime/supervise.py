@@ -37,10 +37,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, Protocol, Self
+from uuid import UUID
 
 from tenure.errors import InvalidConfiguration
+from tenure.runtime.loop import Runtime
 from tenure.runtime.shutdown import SIGNAL_CHECK, shutdown_signals
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class Child:
         return None if self.returncode is None else exit_status(self.returncode)
 
 
-class Supervisor:
+class Supervisor(Runtime):
     """Runs commands tied to grants, and stops each the moment its grant ends.
 
     ``spawn(key, held, env)`` starts ``argv`` for a grant; a thread of the supervisor
@@ -230,14 +231,6 @@ class Supervisor:
         if self._thread is not None:
             self._thread.join()
         self.warden.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- children ------------------------------------------------------------------------
 
@@ -361,6 +354,34 @@ def _signal(pgid: int, sig: int) -> None:
 RESTART_AFTER = 1.0  # seconds between a command's exit and its restart under --restart
 
 
+class Followed(Protocol):
+    """What :class:`GrantedCommands` follows: a runtime (or a test's stand-in) that calls back
+    at every change of what it holds."""
+
+    @property
+    def instance_id(self) -> UUID: ...
+
+    def follow(self, callback: Callable[[], None]) -> None: ...
+
+
+class Elected(Followed, Protocol):
+    """What :class:`ElectedCommand` reads of an elector."""
+
+    @property
+    def utype(self) -> str: ...
+
+    def grant_until(self) -> tuple[int, float] | None: ...
+
+
+class Claiming(Followed, Protocol):
+    """What :class:`ClaimedCommands` reads of a claimer."""
+
+    @property
+    def keyspace(self) -> str: ...
+
+    def held_until(self) -> tuple[dict[str, int], float]: ...
+
+
 class GrantedCommands:
     """What ``elect --exec`` and ``claim run --exec`` share: a loop that starts the command
     for each grant held that has none running, on every change (a follower of the runtime,
@@ -369,7 +390,7 @@ class GrantedCommands:
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: Followed,
         argv: Sequence[str],
         *,
         kill_grace: float,
@@ -464,6 +485,8 @@ class ElectedCommand(GrantedCommands):
     """``tenure elect --exec``: runs the command while ``elector`` is primary, one child per
     term, with ``TENURE_INSTANCE_ID``, ``TENURE_TYPE`` and ``TENURE_TERM``."""
 
+    runtime: Elected
+
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
         elector = self.runtime
         grant = elector.grant_until()
@@ -489,6 +512,8 @@ class ElectedCommand(GrantedCommands):
 class ClaimedCommands(GrantedCommands):
     """``tenure claim run --exec``: one child per key ``claimer`` holds, with
     ``TENURE_INSTANCE_ID``, ``TENURE_KEYSPACE``, ``TENURE_KEY`` and ``TENURE_EPOCH``."""
+
+    runtime: Claiming
 
     def _wanted(self) -> dict[str, tuple[Held, dict[str, str]]]:
         claimer = self.runtime

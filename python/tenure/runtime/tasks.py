@@ -47,8 +47,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -57,12 +56,12 @@ from tenure.connect import (
     AsyncDeadlines,
     Deadlines,
     acheck_start,
-    aconfirm_commit,
+    adurable_transaction,
     alisten,
+    awatch_commits,
     check_start,
     connection_options,
     durable_transaction,
-    forget_unconfirmed,
     instance_name,
     listen,
     lost_server,
@@ -71,7 +70,7 @@ from tenure.connect import (
 from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
-from tenure.runtime.loop import AsyncRuntime
+from tenure.runtime.loop import AsyncRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -724,7 +723,7 @@ class TaskLogic:
             self._hand_over(task, self._processor_failed(task, error))
 
 
-class TaskWorker(TaskLogic):
+class TaskWorker(TaskLogic, Runtime):
     """Runs processors on leased tasks with at most ``concurrency`` in flight, on threads.
 
     ``processors`` maps a kind, or a (kind, state) pair, to a processor; the pair
@@ -796,7 +795,7 @@ class TaskWorker(TaskLogic):
 
     # -- life cycle ---------------------------------------------------------------
 
-    def start(self) -> TaskWorker:
+    def start(self) -> Self:
         self._check_start()
         self._pool.open(wait=True, timeout=30)
         loops: list[tuple[Callable[[], None], str]] = [(self._dispatch, "dispatch"), (self._extend, "extend")]
@@ -843,14 +842,6 @@ class TaskWorker(TaskLogic):
         self._threads.clear()
         self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
         self._deadlines.close()
-
-    def __enter__(self) -> TaskWorker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _wake_dispatcher(self) -> None:
         self._wake.set()
@@ -1037,7 +1028,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             min_size=1,
             max_size=self.concurrency + 2,
             kwargs=self._connection_options(),
-            configure=self._configure,
+            configure=awatch_commits,
             check=self._check,
             timeout=self.safe_window,
             reconnect_timeout=max(60.0, 10 * self.lease),
@@ -1056,9 +1047,6 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                 "runs its processors on the event loop, where a plain function would block it",
                 hint="Declare it with async def, or use TaskWorker for blocking processors.",
             )
-
-    async def _configure(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        watch_commits(connection)
 
     async def _check(self, connection: psycopg.AsyncConnection[Any]) -> None:
         """A connection idle for a while may lead to a server that failed over: ask it first."""
@@ -1316,8 +1304,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         if writes is None:
             await AsyncDriver(connection).run(self._transition(task, outcome))
             return
-        forget_unconfirmed(connection)
-        async with connection.transaction():
+        async with adurable_transaction(connection):
             await AsyncDriver(connection).run(self._transition(task, outcome))
             written = writes(connection)
             if not inspect.isawaitable(written):
@@ -1326,7 +1313,6 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                     "must be async (take the AsyncConnection and return an awaitable)"
                 )
             await written
-        await aconfirm_commit(connection)
 
 
 # What a processor's runner hands the dispatcher when no processor takes the task's state:
