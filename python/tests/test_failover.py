@@ -85,6 +85,10 @@ def run_scenario(cluster: PatroniCluster, fault: Callable[[], float], *, tasks: 
     with cluster.connect(None, DB) as admin:
         problems = check(log, admin)
     assert not problems, problems
+    # Every task was done by a worker of the fleet, so the workers were told of outcomes:
+    # the check above compared them with the final tables.
+    completed = sum(1 for *_, kind in log.outcomes if kind == "complete")
+    assert completed > tasks // 2, f"only {completed} acknowledged completions of {tasks} tasks were checked"
     return Timing(writable=writable_at - fault_at, primary=elected[0] - fault_at)
 
 
