@@ -26,7 +26,7 @@ import pytest
 from task_app import AUDIT_SQL
 
 from tenure import Driver
-from tenure.testing.tasks import TaskWorkerProcess
+from tenure.testing.tasks import TaskWorkerProcess, check_task_records, read_task_records
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
 QUICK = TASKS // 2
@@ -69,15 +69,6 @@ def workers(
     finally:
         for worker in started:
             worker.stop()
-
-
-def leases(admin: psycopg.Connection[Any]) -> dict[UUID, list[tuple[int, UUID, Any]]]:
-    by_task: dict[UUID, list[tuple[int, UUID, Any]]] = {}
-    for task_id, epoch, owner, leased_at in admin.execute(
-        "SELECT task_id, epoch, owner, leased_at FROM tenure.task_lease_log ORDER BY task_id, epoch"
-    ):
-        by_task.setdefault(task_id, []).append((epoch, owner, leased_at))
-    return by_task
 
 
 def test_two_step_tasks_survive_kills_and_freezes(
@@ -132,32 +123,19 @@ def test_two_step_tasks_survive_kills_and_freezes(
         "HAVING t.epoch <> max(l.epoch) OR t.finished_at < max(l.leased_at)"
     ).fetchall()
     assert stale == [], f"completions not under the task's last lease: {stale[:5]}"
-    audit = admin.execute("SELECT task_id, epoch, owner, step, done_at FROM task_audit").fetchall()
-    steps = Counter((task_id, step) for task_id, _, _, step, _ in audit)
-    assert len(steps) == 2 * TASKS and set(steps.values()) == {1}, "every step accepted exactly once"
+    leases, steps = read_task_records(admin)
+    assert check_task_records(leases, steps, expected_steps=2 * TASKS) == []
 
     # From the children's own logs: each incarnation announced its own instance id (and, in
     # the async mode, that it ran on asyncio), and every accepted write came from one of them.
     announced = [worker.instance_id for worker in workers]
     assert len(set(announced)) == len(announced), "a restarted worker reused an instance id"
-    assert {owner for _, _, owner, _, _ in audit} <= set(announced), "a write by an unknown owner"
+    assert {step.owner for step in steps} <= set(announced), "a write by an unknown owner"
     if mode == "async":
         assert all(" started: " in w.output() and "; asyncio" in w.output() for w in workers)
 
-    by_task = leases(admin)
-    for task_id, epoch, owner, step, done_at in audit:
-        held = by_task[task_id]
-        index = next(i for i, (e, _, _) in enumerate(held) if e == epoch)
-        assert held[index][1] == owner, (
-            f"{step} of {task_id} written by {owner}, not the holder of epoch {epoch}"
-        )
-        assert held[index][2] <= done_at, f"{step} of {task_id} written before its lease began"
-        if index + 1 < len(held):
-            assert done_at < held[index + 1][2], (
-                f"{step} of {task_id} in epoch {epoch} written at {done_at}, after epoch "
-                f"{held[index + 1][0]} began at {held[index + 1][2]}: two owners at once"
-            )
-    redone = sum(1 for held in by_task.values() if len(held) > 2)
+    epochs = Counter(lease.task_id for lease in leases)
+    redone = sum(1 for count in epochs.values() if count > 2)
     print(f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice")
 
 
