@@ -26,6 +26,7 @@ import pytest
 from task_app import AUDIT_SQL
 
 from tenure import Driver
+from tenure.errors import LeaseLost
 from tenure.testing.tasks import TaskWorkerProcess, check_task_records, read_task_records
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
@@ -140,21 +141,21 @@ def test_two_step_tasks_survive_kills_and_freezes(
 
 
 def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(
-    workers: list[TaskWorkerProcess], app_conninfo: str, admin: psycopg.Connection[Any], tmp_path: Path
+    workers: list[TaskWorkerProcess], app_conninfo: str, admin: psycopg.Connection[Any]
 ) -> None:
     driver = Driver(admin)
     driver.task_enqueue_many([{"kind": "slow", "data": {"seconds": 4}} for _ in range(4)])
     end = time.monotonic() + 20
-    held: list[tuple[UUID, UUID]] = []
+    held: list[tuple[UUID, UUID, int]] = []
     while time.monotonic() < end and len(held) < 4:
         held = admin.execute(
-            "SELECT id, owner FROM tenure.task WHERE kind = 'slow' AND owner IS NOT NULL"
+            "SELECT id, owner, epoch FROM tenure.task WHERE kind = 'slow' AND owner IS NOT NULL"
         ).fetchall()
         time.sleep(0.05)
     assert len(held) == 4
     victim_id = held[0][1]
     victim = next(w for w in workers if w.instance_id == victim_id)
-    mine = [task_id for task_id, owner in held if owner == victim_id]
+    mine = [task_id for task_id, owner, _ in held if owner == victim_id]
     killed_at = admin.execute("SELECT clock_timestamp()").fetchone()
     assert killed_at is not None
     victim.process.send_signal(signal.SIGKILL)
@@ -172,3 +173,17 @@ def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(
     for task_id, leased_at in taken:
         took = (leased_at - killed_at[0]).total_seconds()
         assert took <= LEASE + POLL + SLACK, f"task {task_id} taken {took:.3f} s after the kill"
+
+    # What the killed worker may still have had on its way (a step's write with its
+    # transition, in its old epoch) is refused now that another worker holds the task.
+    task_id, _, epoch = held[0]
+    with (
+        psycopg.connect(app_conninfo) as stale,
+        pytest.raises(LeaseLost),
+        stale.transaction(),
+    ):
+        Driver(stale).task_complete(task_id, victim_id, epoch)
+        stale.execute(
+            "INSERT INTO task_audit (task_id, epoch, owner, step) VALUES (%s, %s, %s, 'stale')",
+            (task_id, epoch, victim_id),
+        )
