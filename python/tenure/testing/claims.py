@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +58,7 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
                 epoch = held[key]
                 if claimer.epoch(key) != epoch:
                     continue  # lost meanwhile: do not act on it
+                began = time.monotonic()
                 try:
                     with connection.transaction():
                         driver.claim_fence(keyspace, claimer.instance_id, key, epoch)
@@ -65,9 +67,9 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
                             "VALUES (%s, %s, %s, %s)",
                             (keyspace, key, epoch, claimer.instance_id),
                         )
-                    emit("work", key=key, epoch=epoch)
+                    emit("work", key=key, epoch=epoch, began=began)
                 except ClaimLost:
-                    emit("refused", key=key, epoch=epoch)
+                    emit("refused", key=key, epoch=epoch, began=began)
                 except psycopg.Error as error:
                     emit("work_failed", error=str(error).splitlines()[0])
                     if connection.broken or connection.closed:
@@ -116,6 +118,7 @@ async def run_async_service(
                     async with claimer.holding(key, timeout=0) as held_in:
                         if held_in != epoch:
                             continue  # lost and taken again meanwhile: not the epoch chosen
+                        began = time.monotonic()
                         try:
                             async with connection.transaction():
                                 await AsyncDriver(connection).claim_fence(
@@ -126,9 +129,10 @@ async def run_async_service(
                                     "VALUES (%s, %s, %s, %s)",
                                     (keyspace, key, epoch, claimer.instance_id),
                                 )
-                            emit("work", key=key, epoch=epoch)
+                            emit("work", key=key, epoch=epoch, began=began)
                         except ClaimLost:
-                            emit("refused", key=key, epoch=epoch)  # the database's fence refused it
+                            # the database's fence refused it
+                            emit("refused", key=key, epoch=epoch, began=began)
                 except TimeoutError:
                     continue  # not held any more: do not act on it
                 except ClaimLost:
