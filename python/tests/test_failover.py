@@ -7,11 +7,12 @@ while it believes it is primary) and two task workers runs through a multi-host
 conninfo with ``target_session_attrs=read-write`` while the database: switches
 over, loses its primary to SIGKILL, has its primary frozen past Patroni's ttl, and
 loses its primary while the synchronous standby's walreceiver is stalled (with
-waits for it cancelled). After each, the clients' own logs of what they were told
-are checked against the final database: no term granted twice, no two instances
-believing they are primary at one instant, no (task, epoch) leased twice, no
-acknowledged fenced write or task outcome lost, every task done exactly once, and a
-primary again within a bound after the database is writable. The fleet and the checks
+waits for it cancelled; the walreceiver then dies with what it had not read). After
+each, the clients' own logs of what they were told are checked against the final
+database: no term granted twice, no two instances believing they are primary at one
+instant, no (task, epoch) leased twice, no acknowledged fenced write or task outcome
+lost (and outcomes were acknowledged), every task done exactly once, and a primary
+again within a bound after the database is writable. The fleet and the checks
 are tenure.testing.failover's, which the failover part of ``tenure demo`` runs too.
 """
 
