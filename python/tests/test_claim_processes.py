@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tenure import Driver
+from tenure.errors import ClaimLost
 from tenure.testing.claims import ClaimerProcess, check_claim_records
 from tenure.testing.database import server_now
 
@@ -37,6 +38,11 @@ def claimers(
     finally:
         for process in spawned:
             process.stop()
+
+
+def began(event: dict[str, Any]) -> float:
+    """When the event's write began (its transaction), else when it was reported."""
+    return float(event.get("began", event["mono"]))
 
 
 def shares(driver: Driver) -> dict[UUID, int]:
@@ -99,17 +105,33 @@ def test_claims_with_joins_kills_and_freezes(
     )
 
     frozen = fourth
+    frozen_claim = next(r for r in driver.claims(KEYSPACE) if r.claimant == frozen.instance_id)
     frozen.signal(signal.SIGSTOP)
     others = [p for p in survivors if p is not frozen]
     converge(driver, {p.instance_id: 150 for p in others}, cycles=int((EXPIRY + 8 * CYCLE) / CYCLE))
+    # A write the frozen one may still have on its way under a claim it held (it checked
+    # the claim, then froze): the fence refuses it now that another instance holds the key.
+    with (
+        psycopg.connect(app_conninfo, autocommit=True) as stale,
+        pytest.raises(ClaimLost),
+        stale.transaction(),
+    ):
+        Driver(stale).claim_fence(KEYSPACE, frozen.instance_id, frozen_claim.key, frozen_claim.epoch)
+        stale.execute(
+            "INSERT INTO tenure_demo.claim_work (keyspace, key, epoch, instance_id) VALUES (%s, %s, %s, %s)",
+            (KEYSPACE, frozen_claim.key, frozen_claim.epoch, frozen.instance_id),
+        )
     resumed_at = time.monotonic()
     frozen.signal(signal.SIGCONT)
     converge(driver, {p.instance_id: 100 for p in survivors}, cycles=10)
 
     # The frozen one learned it had lost its keys before it did any more work.
-    after = [
-        e for e in frozen.events() if e["mono"] >= resumed_at and e["event"] in ("lost", "work", "refused")
-    ]
+    # (A write that committed before the freeze may be reported after it: its event says
+    # when it began.)
+    after = sorted(
+        (e for e in frozen.events() if e["event"] in ("lost", "work", "refused") and began(e) >= resumed_at),
+        key=began,
+    )
     assert after and after[0]["event"] == "lost", f"events after SIGCONT: {after[:5]}"
 
     # pg_terminate_backend of every connection of one instance (its claim cycle's and its

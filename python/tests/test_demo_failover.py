@@ -6,6 +6,7 @@ written."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,5 +28,9 @@ def test_the_database_fails_over_under_the_services() -> None:
     text = out.getvalue()
     assert text.count("writable again") == 3, text
     assert "VIOLATION" not in text
+    checked = re.search(
+        r"all (\d+) acknowledged fenced writes and all (\d+) acknowledged task outcomes", text
+    )
+    assert checked is not None and int(checked[1]) > 0 and int(checked[2]) > 0, text
     assert is_png(workdir / "failover.png")
     shutil.rmtree(workdir)  # kept when the test fails

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from proxy import PausingProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -33,9 +34,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tenure.cli.replicas import EXAMPLES as REPLICA_EXAMPLES
 from tenure.demo.replicas import run_replica_demo
 from tenure.driver import Driver
+from tenure.errors import NotPrimary
 from tenure.testing.database import setup
 from tenure.testing.haproxy import HAProxy
 from tenure.testing.replicas import (
+    WRITE,
     Client,
     ReplicaProcess,
     ReplicaSettings,
@@ -126,6 +129,15 @@ def test_failover_behind_haproxy(
                         )
                     active = successor
                     assert sum(believes_active(r) for r in replicas if r.process.poll() is None) == 1
+            # A write from a session that does not hold the lock, as a replica that lost it
+            # might still send one, is refused by the guard while another replica is active.
+            with (
+                psycopg.connect(setup(admin_conninfo), autocommit=True) as outsider,
+                pytest.raises(NotPrimary),
+                outsider.transaction(),
+            ):
+                Driver(outsider).replica_guard()
+                outsider.execute(WRITE, ("outsider", "outsider"))
             time.sleep(0.5)
         finally:
             client.stop()

@@ -293,7 +293,7 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
             f"of primacy (terms {terms}), "
             f"none granted twice, never two believed primaries at once; {len(log.leases)} leases, no "
             f"(task, epoch) twice; all {len(log.writes)} acknowledged fenced writes and "
-            f"{len(log.outcomes)} acknowledged task outcomes are there; every task done exactly once",
+            f"all {len(log.outcomes)} acknowledged task outcomes are there; every task done exactly once",
             file=out,
         )
     picture = _picture(workdir / "failover.png", watch, log, failovers, (started, ended), cluster.ttl, out)

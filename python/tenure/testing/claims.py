@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +58,7 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
                 epoch = held[key]
                 if claimer.epoch(key) != epoch:
                     continue  # lost meanwhile: do not act on it
+                began = time.monotonic()
                 try:
                     with connection.transaction():
                         driver.claim_fence(keyspace, claimer.instance_id, key, epoch)
@@ -65,9 +67,9 @@ def run_service(conninfo: str, keyspace: str, *, cycle: float, expiry: float, wo
                             "VALUES (%s, %s, %s, %s)",
                             (keyspace, key, epoch, claimer.instance_id),
                         )
-                    emit("work", key=key, epoch=epoch)
+                    emit("work", key=key, epoch=epoch, began=began)
                 except ClaimLost:
-                    emit("refused", key=key, epoch=epoch)
+                    emit("refused", key=key, epoch=epoch, began=began)
                 except psycopg.Error as error:
                     emit("work_failed", error=str(error).splitlines()[0])
                     if connection.broken or connection.closed:
@@ -116,6 +118,7 @@ async def run_async_service(
                     async with claimer.holding(key, timeout=0) as held_in:
                         if held_in != epoch:
                             continue  # lost and taken again meanwhile: not the epoch chosen
+                        began = time.monotonic()
                         try:
                             async with connection.transaction():
                                 await AsyncDriver(connection).claim_fence(
@@ -126,9 +129,10 @@ async def run_async_service(
                                     "VALUES (%s, %s, %s, %s)",
                                     (keyspace, key, epoch, claimer.instance_id),
                                 )
-                            emit("work", key=key, epoch=epoch)
+                            emit("work", key=key, epoch=epoch, began=began)
                         except ClaimLost:
-                            emit("refused", key=key, epoch=epoch)  # the database's fence refused it
+                            # the database's fence refused it
+                            emit("refused", key=key, epoch=epoch, began=began)
                 except TimeoutError:
                     continue  # not held any more: do not act on it
                 except ClaimLost:
@@ -239,25 +243,55 @@ def read_claim_spans(admin: psycopg.Connection[Any], keyspace: str) -> list[Clai
         return cursor.fetchall()
 
 
+@dataclass(frozen=True)
+class ClaimWork:
+    """A fenced write of the demo service (``tenure_demo.claim_work``), stamped by the server."""
+
+    key: str
+    epoch: int
+    instance_id: UUID
+    done_at: datetime
+
+
 def check_claim_records(admin: psycopg.Connection[Any], keyspace: str, *, max_gap: float) -> list[str]:
-    """What the claim log and the fenced work say against each other: no key without a
-    claimant for longer than ``max_gap`` seconds, and every fenced write done by the
-    key's claimant of that epoch, after the claim began and before the next one did."""
-    spans = read_claim_spans(admin, keyspace)
+    """:func:`check_claims` on the keyspace's claim log and fenced work, read with ``admin``."""
+    with admin.cursor(row_factory=class_row(ClaimWork)) as cursor:
+        cursor.execute(
+            "SELECT key, epoch, instance_id, done_at FROM tenure_demo.claim_work WHERE keyspace = %s",
+            (keyspace,),
+        )
+        work = cursor.fetchall()
+    return check_claims(read_claim_spans(admin, keyspace), work, max_gap=max_gap)
+
+
+def check_claims(spans: list[ClaimSpan], work: list[ClaimWork], *, max_gap: float) -> list[str]:
+    """What the claim log and the fenced work say against each other: each key's epochs
+    granted once each, growing with time; no key without a claimant for longer than
+    ``max_gap`` seconds; every fenced write done by the key's claimant of that epoch, after
+    the claim began and before the next one did."""
     problems = []
     by_key: dict[str, dict[int, ClaimSpan]] = {}
     for span in spans:
-        by_key.setdefault(span.key, {})[span.epoch] = span
+        granted = by_key.setdefault(span.key, {})
+        if span.epoch in granted:
+            problems.append(
+                f"{span.key}: epoch {span.epoch} granted twice, to {granted[span.epoch].claimant} "
+                f"and {span.claimant}"
+            )
+        granted[span.epoch] = span
         gap = (span.claimed_at - span.unclaimed_since).total_seconds()
         if gap > max_gap:
             problems.append(f"{span.key} had no claimant for {gap:.3f} s before epoch {span.epoch}")
-    work = admin.execute(
-        "SELECT key, epoch, instance_id, done_at FROM tenure_demo.claim_work WHERE keyspace = %s", (keyspace,)
-    ).fetchall()
-    for key, epoch, instance_id, done_at in work:
-        held = by_key.get(key, {}).get(epoch)
-        if held is None or held.claimant != instance_id:
-            problems.append(f"work on {key} by {instance_id} in epoch {epoch}, which it did not hold")
-        elif done_at < held.claimed_at or (held.ended_at is not None and done_at >= held.ended_at):
-            problems.append(f"work on {key} in epoch {epoch} at {done_at} outside the claim")
+    for key, granted in by_key.items():
+        in_time = sorted(granted.values(), key=lambda span: span.claimed_at)
+        if [span.epoch for span in in_time] != sorted(granted):
+            problems.append(f"{key}: epochs do not grow with time: {[span.epoch for span in in_time]}")
+    for done in work:
+        held = by_key.get(done.key, {}).get(done.epoch)
+        if held is None or held.claimant != done.instance_id:
+            problems.append(
+                f"work on {done.key} by {done.instance_id} in epoch {done.epoch}, which it did not hold"
+            )
+        elif done.done_at < held.claimed_at or (held.ended_at is not None and done.done_at >= held.ended_at):
+            problems.append(f"work on {done.key} in epoch {done.epoch} at {done.done_at} outside the claim")
     return problems

@@ -65,7 +65,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], Any], ...]] = {
     "demoted": (str, float),  # elector, when
     "writes": (uuid.UUID, int, int),  # acknowledged fenced write: instance, term, seq
     "leases": (uuid.UUID, int, uuid.UUID),  # task, epoch, owner
-    "outcomes": (uuid.UUID, int),  # acknowledged completion: task, epoch
+    "outcomes": (uuid.UUID, int, str),  # acknowledged outcome: task, epoch, kind ("complete", ...)
 }
 
 
@@ -79,7 +79,7 @@ class ClientLog:
     demoted: list[tuple[str, float]] = field(default_factory=list)
     writes: list[tuple[uuid.UUID, int, int]] = field(default_factory=list)
     leases: list[tuple[uuid.UUID, int, uuid.UUID]] = field(default_factory=list)
-    outcomes: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+    outcomes: list[tuple[uuid.UUID, int, str]] = field(default_factory=list)
     enqueued: list[uuid.UUID] = field(default_factory=list)
     sink: IO[str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -186,7 +186,7 @@ def enqueue_stream(
 
 
 class AckingWorker(TaskWorker):
-    """A task worker that logs each lease it is handed and each outcome the database confirmed."""
+    """A task worker that logs each lease it is handed and each outcome the database acknowledged."""
 
     def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
         super().__init__(
@@ -207,11 +207,12 @@ class AckingWorker(TaskWorker):
             writes=lambda db: db.execute("INSERT INTO fo_effects VALUES (%s, %s)", (task.id, task.epoch))
         )
 
-    def _apply(self, task: Task, outcome: Outcome) -> bool:
-        recorded = super()._apply(task, outcome)
-        if recorded and isinstance(outcome, Complete):
-            self.log.add("outcomes", task.id, task.epoch)
-        return recorded
+    def _count(self, task: Task, outcome: Outcome) -> None:
+        # The worker counts an outcome exactly when the database told it the outcome was
+        # recorded: its own transaction committed, its round trip applied it, or the task's
+        # row showed it recorded in the task's epoch. Whatever path that took, this logs it.
+        super()._count(task, outcome)
+        self.log.add("outcomes", task.id, task.epoch, type(outcome).__name__.lower())
 
 
 @dataclass
@@ -269,6 +270,24 @@ class Fleet:
 
 def check(log: ClientLog, admin: psycopg.Connection[Any]) -> list[str]:
     """The clients' log against the final database (``admin`` reads it); the violations found."""
+    return check_records(
+        log,
+        writes=admin.execute("SELECT instance_id, term, seq FROM fo_writes").fetchall(),
+        effects=admin.execute("SELECT task_id, epoch FROM fo_effects").fetchall(),
+        tasks=admin.execute("SELECT id, status, epoch FROM tenure.task").fetchall(),
+    )
+
+
+def check_records(
+    log: ClientLog,
+    *,
+    writes: Iterable[tuple[uuid.UUID, int, int]],
+    effects: Sequence[tuple[uuid.UUID, int]],
+    tasks: Iterable[tuple[uuid.UUID, str, int]],
+) -> list[str]:
+    """The clients' log against the final tables: ``writes`` (fo_writes: instance, term,
+    seq), ``effects`` (fo_effects: task, epoch) and ``tasks`` (tenure.task: id, status,
+    epoch); the violations found."""
     problems = []
     granted: dict[int, set[str]] = {}
     for name, term, _ in log.elected:
@@ -289,26 +308,45 @@ def check(log: ClientLog, admin: psycopg.Connection[Any]) -> list[str]:
     doubly = [pair for pair, owners in leased.items() if len(owners) > 1]
     if doubly:
         problems.append(f"{len(doubly)} (task, epoch) pairs leased to two workers")
-    writes = set(admin.execute("SELECT instance_id, term, seq FROM fo_writes").fetchall())
-    effects = admin.execute("SELECT task_id, epoch FROM fo_effects").fetchall()
-    tasks = dict(admin.execute("SELECT id, status FROM tenure.task").fetchall())
-    lost_writes = set(log.writes) - writes
+    lost_writes = set(log.writes) - set(writes)
     if lost_writes:
         problems.append(f"{len(lost_writes)} acknowledged fenced writes lost")
-    lost_outcomes = set(log.outcomes) - set(effects)
-    if lost_outcomes:
-        problems.append(f"{len(lost_outcomes)} acknowledged task outcomes lost")
-    lost_tasks = set(log.enqueued) - set(tasks)
+    final = {task: (status, epoch) for task, status, epoch in tasks}
+    problems += _lost_outcomes(log, set(effects), final)
+    lost_tasks = set(log.enqueued) - set(final)
     if lost_tasks:
         problems.append(f"{len(lost_tasks)} acknowledged enqueued tasks lost")
-    undone = [task for task, status in tasks.items() if status != "done"]
+    undone = [task for task, (status, _) in final.items() if status != "done"]
     if undone:
-        problems.append(f"{len(undone)} of {len(tasks)} tasks not done")
-    if len(effects) != len({task for task, _ in effects}) or {task for task, _ in effects} != set(tasks):
-        problems.append(f"not every task's step applied exactly once: {len(effects)} for {len(tasks)} tasks")
+        problems.append(f"{len(undone)} of {len(final)} tasks not done")
+    if len(effects) != len({task for task, _ in effects}) or {task for task, _ in effects} != set(final):
+        problems.append(f"not every task's step applied exactly once: {len(effects)} for {len(final)} tasks")
     if not log.writes:
         problems.append("the primaries made no fenced write")
+    if final and not log.outcomes:
+        problems.append(f"no acknowledged task outcome to check, though {len(final)} tasks exist")
     return problems
+
+
+def _lost_outcomes(
+    log: ClientLog, effects: set[tuple[uuid.UUID, int]], final: dict[uuid.UUID, tuple[str, int]]
+) -> list[str]:
+    """Acknowledged outcomes the final tables do not show. A completion (which always
+    carries its fo_effects row here) must have its row in its epoch and its task done; any
+    other outcome must have left its task there, in that epoch or a later one."""
+    lost = []
+    for task, epoch, kind in log.outcomes:
+        status, final_epoch = final.get(task, ("missing", -1))
+        if kind == "complete":
+            if (task, epoch) not in effects:
+                lost.append(f"complete of {task} in epoch {epoch} (no effect of that epoch)")
+            elif status != "done":
+                lost.append(f"complete of {task} in epoch {epoch} (the task is {status})")
+        elif final_epoch < epoch:
+            lost.append(f"{kind} of {task} in epoch {epoch} (task {status} in epoch {final_epoch})")
+    if not lost:
+        return []
+    return [f"{len(lost)} acknowledged task outcomes lost, e.g. {', '.join(lost[:3])}"]
 
 
 @dataclass(frozen=True)

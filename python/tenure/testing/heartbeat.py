@@ -56,13 +56,14 @@ def run_service(conninfo: str, utype: str, *, interval: float, timeout: float, w
             term = elector.term
             if term is None:
                 continue
+            began = time.monotonic()
             try:
                 with work.transaction():
                     driver.heartbeat_fence(elector.instance_id, utype, term)
                     work.execute(WORK, (utype, elector.instance_id, term))
-                emit("work", term=term)
+                emit("work", term=term, began=began)
             except NotPrimary as refused:
-                emit("refused", term=term, detail=refused.detail)
+                emit("refused", term=term, began=began, detail=refused.detail)
             except psycopg.Error as error:
                 emit("work_failed", term=term, error=str(error).splitlines()[0])
                 if work.closed or work.broken:
@@ -112,13 +113,14 @@ async def async_primary_work(elector: AsyncElector, conninfo: str, utype: str, *
                         connection = await aconnect(
                             conninfo, application_name=name, deadline=elector.timing.timeout
                         )
+                    began = time.monotonic()
                     try:
                         async with connection.transaction():
                             await AsyncDriver(connection).heartbeat_fence(elector.instance_id, utype, term)
                             await connection.execute(WORK, (utype, elector.instance_id, term))
-                        emit("work", term=term)
+                        emit("work", term=term, began=began)
                     except NotPrimary as refused:
-                        emit("refused", term=term, detail=refused.detail)
+                        emit("refused", term=term, began=began, detail=refused.detail)
                     except psycopg.Error as error:
                         emit("work_failed", term=term, error=str(error).splitlines()[0])
                         if connection.closed or connection.broken:

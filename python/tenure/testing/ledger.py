@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -103,6 +103,34 @@ class SimulatedLedger:
             else:
                 self.applied.setdefault(batch.key, []).append(batch.payload)
                 self._status[batch_id] = "committed"
+
+
+def check_applied(
+    expected: Mapping[str, Sequence[Hashable]], applied: Mapping[str, Sequence[Hashable]]
+) -> list[str]:
+    """Violations of "each key's batches applied once each, in submission order": what a
+    ledger ``applied`` (per key, in the order applied) against the ``expected`` payloads
+    (per key, in submission order)."""
+    problems = []
+    for key in sorted(set(expected) | set(applied)):
+        want, got = list(expected.get(key, ())), list(applied.get(key, ()))
+        if want == got:
+            continue
+        twice = sorted({repr(item) for item in got if got.count(item) > 1})
+        if twice:
+            problems.append(f"{key}: applied more than once: {', '.join(twice[:3])}")
+        missing = [item for item in want if item not in got]
+        if missing:
+            problems.append(f"{key}: {len(missing)} batches never applied, e.g. {missing[0]!r}")
+        unexpected = [item for item in got if item not in want]
+        if unexpected:
+            problems.append(
+                f"{key}: {len(unexpected)} batches applied that should not be, e.g. {unexpected[0]!r}"
+            )
+        in_order = list(dict.fromkeys(item for item in got if item in want))
+        if in_order != [item for item in want if item in in_order]:
+            problems.append(f"{key}: applied out of submission order")
+    return problems
 
 
 # -- the ledger as a process of its own, shared by every instance ---------------------

@@ -460,6 +460,15 @@ class PatroniCluster(procs.Harness):
         procs.signal_all(node.stalled, signal.SIGCONT)
         node.stalled.clear()
 
+    def drop_walreceiver(self, name: str) -> None:
+        """SIGKILL the stalled walreceiver of standby ``name``: what the primary had sent it
+        but it had not yet read dies with it (resumed, it would read that from its socket's
+        buffer, even after the primary died). The standby's postmaster restarts it from its
+        own WAL."""
+        node = self._node(name)
+        procs.signal_all(node.stalled, signal.SIGKILL)
+        node.stalled.clear()
+
     # -- Patroni's view -------------------------------------------------------------------
 
     def api(self, name: str, path: str, body: dict[str, Any] | None = None, timeout: float = 3.0) -> Any:

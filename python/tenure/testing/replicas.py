@@ -386,7 +386,9 @@ def check_replica_records(
             if found is None:
                 problems.append(f"request {a.request_id} was accepted by {a.replica} but is not recorded")
             elif (found.replica, found.epoch) != (a.replica, a.epoch):
-                problems.append(f"request {a.request_id} answered as {a.replica} but recorded as {w.replica}")
+                problems.append(
+                    f"request {a.request_id} answered as {a.replica} but recorded as {found.replica}"
+                )
     return problems
 
 

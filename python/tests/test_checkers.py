@@ -1,0 +1,265 @@
+"""The process tests' checkers, fed doctored records: each violation they exist to catch
+is reported. A checker that passes everything would make its fault test pass whatever
+the code under it does; these run in milliseconds, without a database.
+
+The heartbeat history's checkers (check_terms, check_writes) have theirs in
+test_history.py, the replicas' record checker in test_replicas.py.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid4
+
+import pytest
+
+from tenure.testing.claims import ClaimSpan, ClaimWork, check_claims
+from tenure.testing.failover import ClientLog, check_records
+from tenure.testing.ledger import check_applied
+from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
+from tenure.testing.tasks import Lease, Step, check_task_records
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def reported(problems: list[str], *fragments: str) -> bool:
+    return any(all(fragment in problem for fragment in fragments) for problem in problems)
+
+
+# -- the failover fleet's log against the final database -----------------------------------
+
+E0, E1 = uuid4(), uuid4()
+TASK_A, TASK_B = uuid4(), uuid4()
+W0, W1 = uuid4(), uuid4()
+
+
+@dataclass
+class Tables:
+    """The final tables the failover checker reads: fo_writes, fo_effects, tenure.task."""
+
+    writes: list[tuple[UUID, int, int]]
+    effects: list[tuple[UUID, int]]
+    tasks: list[tuple[UUID, str, int]]
+
+
+def fleet_log() -> tuple[ClientLog, Tables]:
+    """A clean run: e0 primary in term 1, then e1 in term 2; two tasks completed; and the
+    final tables that match it."""
+    log = ClientLog()
+    log.add("elected", "e0", 1, 10.0)
+    log.add("demoted", "e0", 12.0)
+    log.add("elected", "e1", 2, 13.0)
+    log.add("writes", E0, 1, 0)
+    log.add("writes", E1, 2, 1)
+    log.add("leases", TASK_A, 1, W0)
+    log.add("leases", TASK_B, 1, W0)
+    log.add("leases", TASK_B, 2, W1)  # W0's lease ran out during the failover
+    log.add("outcomes", TASK_A, 1, "complete")
+    log.add("outcomes", TASK_B, 2, "complete")
+    log.enqueued_tasks([TASK_A, TASK_B])
+    tables = Tables(
+        writes=[(E0, 1, 0), (E1, 2, 1)],
+        effects=[(TASK_A, 1), (TASK_B, 2)],
+        tasks=[(TASK_A, "done", 1), (TASK_B, "done", 2)],
+    )
+    return log, tables
+
+
+def failover_problems(log: ClientLog, tables: Tables) -> list[str]:
+    return check_records(log, writes=tables.writes, effects=tables.effects, tasks=tables.tasks)
+
+
+def test_the_failover_checker_passes_a_clean_run() -> None:
+    assert failover_problems(*fleet_log()) == []
+
+
+def test_the_failover_checker_reports_a_term_granted_twice() -> None:
+    log, tables = fleet_log()
+    log.add("elected", "e2", 2, 20.0)
+    assert reported(failover_problems(log, tables), "a term granted to two instances")
+
+
+def test_the_failover_checker_reports_overlapping_primaries() -> None:
+    log, tables = fleet_log()
+    log.demoted[:] = [("e0", 13.5)]  # e0 stepped down only after e1 was elected
+    assert reported(failover_problems(log, tables), "e0 and e1 both believed they were primary")
+
+
+def test_the_failover_checker_reports_a_lost_acknowledged_write() -> None:
+    log, tables = fleet_log()
+    tables.writes.remove((E1, 2, 1))
+    assert reported(failover_problems(log, tables), "1 acknowledged fenced writes lost")
+
+
+@pytest.mark.parametrize(
+    ("doctor", "why"),
+    [
+        (lambda t: t.effects.remove((TASK_B, 2)), "no effect of that epoch"),
+        (lambda t: t.effects.__setitem__(1, (TASK_B, 3)), "no effect of that epoch"),
+        (lambda t: t.tasks.__setitem__(1, (TASK_B, "pending", 3)), "the task is pending"),
+    ],
+    ids=["effect-gone", "effect-of-another-epoch", "task-not-done"],
+)
+def test_the_failover_checker_reports_a_lost_acknowledged_outcome(
+    doctor: Callable[[Tables], None], why: str
+) -> None:
+    log, tables = fleet_log()
+    doctor(tables)
+    assert reported(failover_problems(log, tables), "1 acknowledged task outcomes lost", str(TASK_B), why)
+
+
+def test_the_failover_checker_reports_a_run_without_any_acknowledged_outcome() -> None:
+    log, tables = fleet_log()
+    log.outcomes.clear()  # as when the harness's worker failed to log its outcomes
+    assert reported(failover_problems(log, tables), "no acknowledged task outcome to check")
+
+
+def test_the_failover_checker_reports_a_task_leased_twice_in_one_epoch_and_a_lost_task() -> None:
+    log, tables = fleet_log()
+    log.add("leases", TASK_A, 1, W1)
+    log.enqueued_tasks([uuid4()])
+    problems = failover_problems(log, tables)
+    assert reported(problems, "1 (task, epoch) pairs leased to two workers")
+    assert reported(problems, "1 acknowledged enqueued tasks lost")
+
+
+def test_a_client_log_reads_back_what_it_wrote() -> None:
+    log, _ = fleet_log()
+    sink = io.StringIO()
+    written = ClientLog(sink=sink)
+    for kind in ("elected", "demoted", "writes", "leases", "outcomes"):
+        for record in getattr(log, kind):
+            written.add(kind, *record)
+    read = ClientLog.read(["started", *sink.getvalue().splitlines(), "stopped"])
+    assert (read.elected, read.demoted, read.writes, read.leases, read.outcomes) == (
+        log.elected,
+        log.demoted,
+        log.writes,
+        log.leases,
+        log.outcomes,
+    )
+
+
+# -- claims: the claim log against the fenced work -----------------------------------------
+
+C1, C2 = uuid4(), uuid4()
+
+
+def claim_records() -> tuple[list[ClaimSpan], list[ClaimWork]]:
+    spans = [ClaimSpan("k", 1, C1, at(0), at(0), at(5)), ClaimSpan("k", 2, C2, at(5), at(4.5), None)]
+    work = [ClaimWork("k", 1, C1, at(1)), ClaimWork("k", 2, C2, at(6))]
+    return spans, work
+
+
+def test_the_claim_checker_passes_clean_records() -> None:
+    assert check_claims(*claim_records(), max_gap=1.0) == []
+
+
+def test_the_claim_checker_reports_an_epoch_granted_twice() -> None:
+    spans, work = claim_records()
+    spans.append(ClaimSpan("k", 2, C1, at(7), at(7), None))
+    assert reported(check_claims(spans, work, max_gap=1.0), "epoch 2 granted twice")
+
+
+def test_the_claim_checker_reports_epochs_going_back() -> None:
+    spans, _ = claim_records()
+    spans[1] = ClaimSpan("k", 2, C2, at(-1), at(-1), None)
+    assert reported(check_claims(spans, [], max_gap=1.0), "epochs do not grow")
+
+
+def test_the_claim_checker_reports_work_of_two_claimants_at_once() -> None:
+    spans, work = claim_records()
+    work.append(ClaimWork("k", 1, C1, at(5.5)))  # C1 still working after C2's claim began
+    work.append(ClaimWork("k", 2, C1, at(6)))  # C1 working in C2's epoch
+    problems = check_claims(spans, work, max_gap=1.0)
+    assert reported(problems, "in epoch 1", "outside the claim")
+    assert reported(problems, f"by {C1} in epoch 2, which it did not hold")
+
+
+def test_the_claim_checker_reports_a_key_left_without_a_claimant() -> None:
+    spans, work = claim_records()
+    assert reported(check_claims(spans, work, max_gap=0.2), "had no claimant for 0.500 s")
+
+
+# -- tasks: the lease log against the steps written under each epoch -----------------------
+
+
+def task_records() -> tuple[list[Lease], list[Step]]:
+    leases = [Lease(TASK_A, 1, W0, at(0)), Lease(TASK_A, 2, W1, at(5))]
+    steps = [Step(TASK_A, 1, W0, "first", at(1)), Step(TASK_A, 2, W1, "second", at(6))]
+    return leases, steps
+
+
+def test_the_task_checker_passes_clean_records() -> None:
+    assert check_task_records(*task_records(), expected_steps=2) == []
+
+
+def test_the_task_checker_reports_a_step_accepted_twice() -> None:
+    leases, steps = task_records()
+    steps.append(Step(TASK_A, 2, W1, "first", at(7)))
+    assert reported(check_task_records(leases, steps, expected_steps=2), "1 steps accepted more than once")
+
+
+def test_the_task_checker_reports_a_missing_step() -> None:
+    leases, steps = task_records()
+    assert reported(
+        check_task_records(leases, steps[:1], expected_steps=2), "1 distinct steps accepted, not 2"
+    )
+
+
+def test_the_task_checker_reports_an_epoch_leased_twice() -> None:
+    leases, steps = task_records()
+    leases.append(Lease(TASK_A, 2, W0, at(5.5)))
+    assert reported(check_task_records(leases, steps, expected_steps=2), "epoch 2 of", "leased twice")
+
+
+def test_the_task_checker_reports_two_owners_at_once() -> None:
+    leases, steps = task_records()
+    steps[0] = Step(TASK_A, 1, W0, "first", at(5.5))  # W0 wrote after W1's lease began
+    assert reported(check_task_records(leases, steps, expected_steps=2), "two owners at once")
+    steps[0] = Step(TASK_A, 1, W1, "first", at(1))  # written by someone else than the holder
+    assert reported(check_task_records(leases, steps, expected_steps=2), "not the holder of that epoch")
+
+
+# -- batches: what the ledger applied against submission order ------------------------------
+
+
+def test_the_batch_checker_passes_per_key_submission_order() -> None:
+    assert check_applied({"k": ["a", "b"], "j": ["c"]}, {"j": ["c"], "k": ["a", "b"]}) == []
+
+
+@pytest.mark.parametrize(
+    ("applied", "why"),
+    [
+        (["a", "b", "b"], "applied more than once: 'b'"),
+        (["b", "a"], "applied out of submission order"),
+        (["a"], "1 batches never applied"),
+        (["a", "b", "x"], "1 batches applied that should not be"),
+    ],
+    ids=["twice", "out-of-order", "missing", "unexpected"],
+)
+def test_the_batch_checker_reports(applied: list[str], why: str) -> None:
+    assert reported(check_applied({"k": ["a", "b"]}, {"k": applied}), "k: ", why)
+
+
+# -- replicas: two replicas active at once ----------------------------------------------------
+
+
+def test_the_replica_checker_reports_two_active_replicas() -> None:
+    terms = [ReplicaTerm(1, "a", 10, at(0)), ReplicaTerm(2, "b", 20, at(5))]
+    # a still accepted writes after b became active, and wrote them in b's epoch
+    writes = [
+        ReplicaWrite("w1", "a", 1, 10, at(1)),
+        ReplicaWrite("w2", "b", 2, 20, at(6)),
+        ReplicaWrite("w3", "a", 2, 10, at(6.5)),
+    ]
+    assert reported(check_replica_records(terms, writes), "w3 by a (pid 10) in epoch 2 of b")
+    answers = [Answer(0, 0, 200, "w2", "a", 2)]  # the client was told a accepted w2
+    assert reported(check_replica_records(terms, writes[:2], answers), "answered as a but recorded as b")
