@@ -44,7 +44,7 @@ for f in examples/python/*.py; do
     PGUSER=tenure_example PGDATABASE=tenure_ci timeout 60 .venv/bin/python "$f"
 done
 
-step "upgrade from the last release tag, and revert to it"
+step "upgrade from every release tag, and revert to it"
 scripts/upgrade-check.sh
 
 step "ruff"
