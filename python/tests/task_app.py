@@ -9,17 +9,33 @@ quick         completes at once without writes: its outcome rides in the worker'
 
 ASYNC_PROCESSORS are the same steps as coroutines, with async writes, for
 ``tenure task worker --async`` (the AsyncTaskWorker).
+
+The flow's steps also act outside the database (the "remote system"): each makes its
+effect only while its task is not lost, and records it in the effect log named by
+TENURE_TASK_EFFECTS (tenure.testing.tasks.EffectLog; none when unset).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from tenure.runtime.tasks import AsyncProcessor, Complete, Processor, Release, Task
+from tenure.testing.tasks import EffectLog
+
+EFFECTS = EffectLog(Path(os.environ["TENURE_TASK_EFFECTS"])) if "TENURE_TASK_EFFECTS" in os.environ else None
+
+
+def act(task: Task, step: str) -> None:
+    """The step's effect outside the database, made only while the task is held (the
+    outcome of a lost task is discarded by the worker whatever it is)."""
+    if EFFECTS is not None:
+        EFFECTS.effect(task, step)
 
 
 def audit(task: Task, step: str) -> Any:
@@ -33,10 +49,12 @@ def audit(task: Task, step: str) -> Any:
 
 
 def submit(task: Task) -> Release:
+    act(task, "submit")
     return Release(delay=0.2, state="waiting", writes=audit(task, "submit"))
 
 
 def confirm(task: Task) -> Complete:
+    act(task, "confirm")
     return Complete(state="confirmed", writes=audit(task, "confirm"))
 
 
@@ -68,10 +86,12 @@ def aaudit(task: Task, step: str) -> Any:
 
 
 async def asubmit(task: Task) -> Release:
+    act(task, "submit")
     return Release(delay=0.2, state="waiting", writes=aaudit(task, "submit"))
 
 
 async def aconfirm(task: Task) -> Complete:
+    act(task, "confirm")
     return Complete(state="confirmed", writes=aaudit(task, "confirm"))
 
 

@@ -20,7 +20,7 @@ from tenure.testing.claims import ClaimSpan, ClaimWork, check_claims
 from tenure.testing.failover import ClientLog, check_records
 from tenure.testing.ledger import check_applied
 from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
-from tenure.testing.tasks import Lease, Step, check_task_records
+from tenure.testing.tasks import Effect, Lease, Step, check_effects, check_task_records
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -226,6 +226,51 @@ def test_the_task_checker_reports_two_owners_at_once() -> None:
     assert reported(check_task_records(leases, steps, expected_steps=2), "two owners at once")
     steps[0] = Step(TASK_A, 1, W1, "first", at(1))  # written by someone else than the holder
     assert reported(check_task_records(leases, steps, expected_steps=2), "not the holder of that epoch")
+
+
+# -- tasks: the processors' effects outside the database ----------------------------------
+
+
+def effect_records() -> tuple[list[Lease], list[Effect]]:
+    """W0 held TASK_A in epoch 1 (its safe window ending at 10.7), froze, and found it lost
+    after; W1 took it over in epoch 2. Times are monotonic seconds."""
+    leases = [Lease(TASK_A, 1, W0, at(0)), Lease(TASK_A, 2, W1, at(2))]
+    effects = [
+        Effect(TASK_A, 1, W0, "submit", 10.1, 10.7),
+        Effect(TASK_A, 2, W1, "submit", 12.1, 12.7),
+        Effect(TASK_A, 2, W1, "confirm", 12.5, 12.7),
+        Effect(TASK_A, 1, W0, "confirm", 12.6, 10.7, held_back=True),
+    ]
+    return leases, effects
+
+
+def test_the_effect_checker_passes_clean_records() -> None:
+    assert check_effects(*effect_records()) == []
+
+
+def test_the_effect_checker_reports_a_stale_holder_acting_after_its_successor_began() -> None:
+    leases, effects = effect_records()
+    # as when W0's worker ignored its safe window: the frozen step acted once thawed
+    effects[3] = Effect(TASK_A, 1, W0, "confirm", 12.6, 10.7)
+    problems = check_effects(leases, effects)
+    assert reported(
+        problems, f"confirm effect of {TASK_A} in epoch 1 made 1.900 s after its safe window ended"
+    )
+    assert reported(problems, "made 0.500 s after epoch 2's first effect (submit)", "stale holder")
+
+
+def test_the_effect_checker_reports_an_effect_after_the_safe_window_alone() -> None:
+    leases, effects = effect_records()
+    effects[0] = Effect(TASK_A, 1, W0, "submit", 10.8, 10.7)  # before epoch 2, past its window
+    problems = check_effects(leases, effects)
+    assert reported(problems, "submit effect", "0.100 s after its safe window ended")
+    assert not reported(problems, "stale holder")
+
+
+def test_the_effect_checker_reports_an_effect_by_someone_else_than_the_holder() -> None:
+    leases, effects = effect_records()
+    effects[1] = Effect(TASK_A, 2, W0, "submit", 12.1, 12.7)
+    assert reported(check_effects(leases, effects), f"made by {W0}, not the holder of that epoch")
 
 
 # -- batches: what the ledger applied against submission order ------------------------------

@@ -7,6 +7,12 @@ killed and frozen at random moments. Afterwards: every task reached its final st
 the audit table, written through each step's transition, shows every step accepted
 exactly once; and each accepted write fell inside its own lease, by the server's
 clock, before the next owner's lease began.
+
+The database's fence refuses what a thawed worker sends late; the safe window protects
+what a processor does outside it. The flow's steps log each such effect with its
+monotonic time (tenure.testing.tasks.EffectLog), and two tasks freeze their worker
+inside a step, before its check, every run: no effect may come after its worker's safe
+window, nor after the first effect of a later epoch of its task.
 """
 
 from __future__ import annotations
@@ -27,10 +33,17 @@ from task_app import AUDIT_SQL
 
 from tenure import Driver
 from tenure.errors import LeaseLost
-from tenure.testing.tasks import TaskWorkerProcess, check_task_records, read_task_records
+from tenure.testing.tasks import (
+    TaskWorkerProcess,
+    check_effects,
+    check_task_records,
+    read_effects,
+    read_task_records,
+)
 
 TASKS = int(os.environ.get("TENURE_CHAOS_TASKS", "2000"))
 QUICK = TASKS // 2
+FROZEN_IN_STEP = 2  # flow tasks that freeze their worker inside a step
 LEASE, POLL = 1.0, 0.2
 # Process scheduling on a loaded two-core machine adds to the bound.
 SLACK = 0.5
@@ -38,13 +51,14 @@ HERE = Path(__file__).resolve().parent
 
 
 def spawn_worker(conninfo: str, log: Path, *, asynchronous: bool = False) -> TaskWorkerProcess:
+    """A worker running task_app, logging its effects in the log's directory."""
     return TaskWorkerProcess(
         conninfo,
         "task_app",
         log,
         lease=LEASE,
         poll_interval=POLL,
-        env=dict(os.environ, PYTHONPATH=str(HERE)),
+        env=dict(os.environ, PYTHONPATH=str(HERE), TENURE_TASK_EFFECTS=str(log.parent / "effects.jsonl")),
         asynchronous=asynchronous,
     )
 
@@ -80,21 +94,46 @@ def test_two_step_tasks_survive_kills_and_freezes(
     mode: str,
 ) -> None:
     driver = Driver(admin)
-    driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
+    # The tasks that freeze their worker go first: they are leased at once.
+    driver.task_enqueue_many(
+        [{"kind": "flow", "max_attempts": 50, "data": {"freeze": True}} for _ in range(FROZEN_IN_STEP)]
+    )
+    driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS - FROZEN_IN_STEP)])
     driver.task_enqueue_many([{"kind": "quick", "max_attempts": 50} for _ in range(QUICK)])
     chaos = random.Random(os.environ.get("TENURE_CHAOS_SEED", "tenure"))
     kills = freezes = 0
     deadline = time.monotonic() + 240
+    # Workers a task froze inside a step: since when (found by polling), to resume once
+    # their leases ran out.
+    frozen_in_step: dict[TaskWorkerProcess, float] = {}
 
     def done() -> int:
         row = admin.execute("SELECT count(*) FROM tenure.task WHERE status = 'done'").fetchone()
         return int(row[0]) if row else 0
 
+    def resume_frozen_in_step(*, wait: bool) -> None:
+        now = time.monotonic()
+        for worker in workers:
+            if worker not in frozen_in_step and worker.process.poll() is None and worker.stopped():
+                frozen_in_step[worker] = now
+        for worker, since in list(frozen_in_step.items()):
+            if wait:
+                time.sleep(max(0.0, since + LEASE + 0.5 - time.monotonic()))
+            if time.monotonic() >= since + LEASE + 0.5:
+                worker.signal(signal.SIGCONT)
+                del frozen_in_step[worker]
+
+    # The chaos begins once the freezing steps have stopped their workers (and those were
+    # found), lest it kill one of them.
+    began = False
     while done() < TASKS + QUICK and time.monotonic() < deadline:
         time.sleep(chaos.uniform(0.05, 0.4))
-        if kills + freezes >= 12:
+        begins = len(list(tmp_path.glob("effects.jsonl.froze-*"))) == FROZEN_IN_STEP
+        resume_frozen_in_step(wait=False)
+        if kills + freezes >= 12 or not began:
+            began = begins
             continue
-        alive = [w for w in workers if w.process.poll() is None]
+        alive = [w for w in workers if w.process.poll() is None and w not in frozen_in_step]
         victim = chaos.choice(alive)
         if (kills + freezes) % 3 != 1:  # two kills for every freeze
             victim.process.send_signal(signal.SIGKILL)
@@ -110,6 +149,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
             time.sleep(LEASE + 0.5)
             victim.process.send_signal(signal.SIGCONT)
             freezes += 1
+    resume_frozen_in_step(wait=True)
     assert done() == TASKS + QUICK, f"only {done()} of {TASKS + QUICK} tasks finished"
     assert kills + freezes > 0
     for worker in workers:
@@ -127,6 +167,17 @@ def test_two_step_tasks_survive_kills_and_freezes(
     leases, steps = read_task_records(admin)
     assert check_task_records(leases, steps, expected_steps=2 * TASKS) == []
 
+    # Outside the database: every step's effect made, none outside its worker's safe
+    # window or after a successor's; the frozen steps found their tasks lost and held back.
+    effects, frozen = read_effects(tmp_path / "effects.jsonl")
+    problems = check_effects(leases, effects)
+    assert problems == [], f"{len(problems)} effects out of place: {problems[:5]}"
+    made = {(effect.task_id, effect.step) for effect in effects if not effect.held_back}
+    assert len(made) == 2 * TASKS, f"{len(made)} distinct step effects made, not {2 * TASKS}"
+    assert frozen == FROZEN_IN_STEP, f"{frozen} workers froze inside a step, not {FROZEN_IN_STEP}"
+    held_back = sum(1 for effect in effects if effect.held_back)
+    assert held_back >= FROZEN_IN_STEP, f"only {held_back} effects held back by lost tasks"
+
     # From the children's own logs: each incarnation announced its own instance id (and, in
     # the async mode, that it ran on asyncio), and every accepted write came from one of them.
     announced = [worker.instance_id for worker in workers]
@@ -137,7 +188,10 @@ def test_two_step_tasks_survive_kills_and_freezes(
 
     epochs = Counter(lease.task_id for lease in leases)
     redone = sum(1 for count in epochs.values() if count > 2)
-    print(f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice")
+    print(
+        f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice, "
+        f"{held_back} effects held back"
+    )
 
 
 def test_tasks_of_a_killed_worker_are_taken_over_within_lease_plus_poll(

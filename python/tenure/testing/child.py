@@ -47,6 +47,14 @@ class ChildProcess:
         """The instance id its ``started`` event announces."""
         return UUID(self.wait_for_output(r'"instance_id": "([0-9a-f-]{36})"', wait).group(1))
 
+    def stopped(self) -> bool:
+        """Whether the process is stopped (by SIGSTOP, its own included), as Linux's /proc tells."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        return stat[stat.rindex(")") + 2] in "Tt"
+
     def signal(self, signum: int) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signum)
