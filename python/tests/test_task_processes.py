@@ -10,9 +10,10 @@ clock, before the next owner's lease began.
 
 The database's fence refuses what a thawed worker sends late; the safe window protects
 what a processor does outside it. The flow's steps log each such effect with its
-monotonic time (tenure.testing.tasks.EffectLog), and two tasks freeze their worker
-inside a step, before its check, every run: no effect may come after its worker's safe
-window, nor after the first effect of a later epoch of its task.
+monotonic time (tenure.testing.tasks.EffectLog). After the chaos, two more tasks freeze
+their worker inside a step, before its check, and it is resumed only once another
+worker took the task over and acted: no effect may come after its worker's safe window,
+nor after the first effect of a later epoch of its task.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from task_app import AUDIT_SQL
 from tenure import Driver
 from tenure.errors import LeaseLost
 from tenure.testing.tasks import (
+    Effect,
+    Freeze,
     TaskWorkerProcess,
     check_effects,
     check_task_records,
@@ -48,6 +51,11 @@ LEASE, POLL = 1.0, 0.2
 # Process scheduling on a loaded two-core machine adds to the bound.
 SLACK = 0.5
 HERE = Path(__file__).resolve().parent
+
+
+def succeeded(freeze: Freeze, effects: list[Effect]) -> bool:
+    """Whether a later epoch of the frozen task made an effect."""
+    return any(effect.task_id == freeze.task_id and effect.epoch > freeze.epoch for effect in effects)
 
 
 def spawn_worker(conninfo: str, log: Path, *, asynchronous: bool = False) -> TaskWorkerProcess:
@@ -94,46 +102,21 @@ def test_two_step_tasks_survive_kills_and_freezes(
     mode: str,
 ) -> None:
     driver = Driver(admin)
-    # The tasks that freeze their worker go first: they are leased at once.
-    driver.task_enqueue_many(
-        [{"kind": "flow", "max_attempts": 50, "data": {"freeze": True}} for _ in range(FROZEN_IN_STEP)]
-    )
-    driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS - FROZEN_IN_STEP)])
+    driver.task_enqueue_many([{"kind": "flow", "max_attempts": 50} for _ in range(TASKS)])
     driver.task_enqueue_many([{"kind": "quick", "max_attempts": 50} for _ in range(QUICK)])
     chaos = random.Random(os.environ.get("TENURE_CHAOS_SEED", "tenure"))
     kills = freezes = 0
     deadline = time.monotonic() + 240
-    # Workers a task froze inside a step: since when (found by polling), to resume once
-    # their leases ran out.
-    frozen_in_step: dict[TaskWorkerProcess, float] = {}
 
     def done() -> int:
         row = admin.execute("SELECT count(*) FROM tenure.task WHERE status = 'done'").fetchone()
         return int(row[0]) if row else 0
 
-    def resume_frozen_in_step(*, wait: bool) -> None:
-        now = time.monotonic()
-        for worker in workers:
-            if worker not in frozen_in_step and worker.process.poll() is None and worker.stopped():
-                frozen_in_step[worker] = now
-        for worker, since in list(frozen_in_step.items()):
-            if wait:
-                time.sleep(max(0.0, since + LEASE + 0.5 - time.monotonic()))
-            if time.monotonic() >= since + LEASE + 0.5:
-                worker.signal(signal.SIGCONT)
-                del frozen_in_step[worker]
-
-    # The chaos begins once the freezing steps have stopped their workers (and those were
-    # found), lest it kill one of them.
-    began = False
     while done() < TASKS + QUICK and time.monotonic() < deadline:
         time.sleep(chaos.uniform(0.05, 0.4))
-        begins = len(list(tmp_path.glob("effects.jsonl.froze-*"))) == FROZEN_IN_STEP
-        resume_frozen_in_step(wait=False)
-        if kills + freezes >= 12 or not began:
-            began = begins
+        if kills + freezes >= 12:
             continue
-        alive = [w for w in workers if w.process.poll() is None and w not in frozen_in_step]
+        alive = [w for w in workers if w.process.poll() is None]
         victim = chaos.choice(alive)
         if (kills + freezes) % 3 != 1:  # two kills for every freeze
             victim.process.send_signal(signal.SIGKILL)
@@ -149,14 +132,31 @@ def test_two_step_tasks_survive_kills_and_freezes(
             time.sleep(LEASE + 0.5)
             victim.process.send_signal(signal.SIGCONT)
             freezes += 1
-    resume_frozen_in_step(wait=True)
     assert done() == TASKS + QUICK, f"only {done()} of {TASKS + QUICK} tasks finished"
     assert kills + freezes > 0
+    # Then, with nothing else due, tasks that freeze their worker inside a step, before it
+    # checks its task: resumed once another worker took the task over and made its effect.
+    effects_log = tmp_path / "effects.jsonl"
+    driver.task_enqueue_many(
+        [{"kind": "flow", "max_attempts": 50, "data": {"freeze": True}} for _ in range(FROZEN_IN_STEP)]
+    )
+    deadline = time.monotonic() + 60
+    while done() < TASKS + QUICK + FROZEN_IN_STEP and time.monotonic() < deadline:
+        time.sleep(0.05)
+        effects, frozen = read_effects(effects_log)
+        for worker in workers:
+            mine = [freeze for freeze in frozen if freeze.pid == worker.process.pid]
+            if mine and worker.stopped() and all(succeeded(freeze, effects) for freeze in mine):
+                worker.signal(signal.SIGCONT)
+    for worker in workers:
+        if worker.stopped():  # its successor finished before it was seen acting
+            worker.signal(signal.SIGCONT)
+    assert done() == TASKS + QUICK + FROZEN_IN_STEP, "the tasks freezing their workers did not finish"
     for worker in workers:
         worker.stop()
 
     states = admin.execute("SELECT state, count(*) FROM tenure.task GROUP BY state ORDER BY state").fetchall()
-    assert states == [("confirmed", TASKS), ("quick", QUICK)]
+    assert states == [("confirmed", TASKS + FROZEN_IN_STEP), ("quick", QUICK)]
     # A batched completion took effect under the last lease the task was given, after it began.
     stale = admin.execute(
         "SELECT t.id FROM tenure.task t JOIN tenure.task_lease_log l ON l.task_id = t.id "
@@ -165,18 +165,19 @@ def test_two_step_tasks_survive_kills_and_freezes(
     ).fetchall()
     assert stale == [], f"completions not under the task's last lease: {stale[:5]}"
     leases, steps = read_task_records(admin)
-    assert check_task_records(leases, steps, expected_steps=2 * TASKS) == []
+    steps_made = 2 * (TASKS + FROZEN_IN_STEP)
+    assert check_task_records(leases, steps, expected_steps=steps_made) == []
 
     # Outside the database: every step's effect made, none outside its worker's safe
     # window or after a successor's; the frozen steps found their tasks lost and held back.
-    effects, frozen = read_effects(tmp_path / "effects.jsonl")
+    effects, frozen = read_effects(effects_log)
     problems = check_effects(leases, effects)
     assert problems == [], f"{len(problems)} effects out of place: {problems[:5]}"
     made = {(effect.task_id, effect.step) for effect in effects if not effect.held_back}
-    assert len(made) == 2 * TASKS, f"{len(made)} distinct step effects made, not {2 * TASKS}"
-    assert frozen == FROZEN_IN_STEP, f"{frozen} workers froze inside a step, not {FROZEN_IN_STEP}"
-    held_back = sum(1 for effect in effects if effect.held_back)
-    assert held_back >= FROZEN_IN_STEP, f"only {held_back} effects held back by lost tasks"
+    assert len(made) == steps_made, f"{len(made)} distinct step effects made, not {steps_made}"
+    assert len(frozen) == FROZEN_IN_STEP, f"{len(frozen)} steps froze their workers, not {FROZEN_IN_STEP}"
+    held_back = {(effect.task_id, effect.epoch) for effect in effects if effect.held_back}
+    assert {(freeze.task_id, freeze.epoch) for freeze in frozen} <= held_back, "a frozen step went on"
 
     # From the children's own logs: each incarnation announced its own instance id (and, in
     # the async mode, that it ran on asyncio), and every accepted write came from one of them.
@@ -190,7 +191,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
     redone = sum(1 for count in epochs.values() if count > 2)
     print(
         f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice, "
-        f"{held_back} effects held back"
+        f"{len(held_back)} effects held back"
     )
 
 

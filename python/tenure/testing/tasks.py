@@ -164,8 +164,8 @@ class EffectLog:
     line to a file opened for appending: the lines of concurrent processes do not mix).
 
     A task whose data has ``"freeze": true`` stops the whole worker process (SIGSTOP) the
-    first time a processor reaches one of its effects, before the check: the test
-    resumes it once the lease ran out, as a long pause of the machine would."""
+    first time a processor reaches one of its effects, before the check, as a long pause
+    of the machine would: the test resumes it once another worker took the task over."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -173,7 +173,7 @@ class EffectLog:
     def effect(self, task: Task, step: str) -> bool:
         """Make the step's effect unless the task is lost: whether it was made."""
         if task.data and task.data.get("freeze") and self._first_to_freeze(task):
-            self._write({"event": "freeze", "task_id": str(task.id), "epoch": task.epoch})
+            self._write({"event": "freeze", "task_id": str(task.id), "epoch": task.epoch, "pid": os.getpid()})
             # Sent to this thread: it stops before going on. (Sent to the process, another
             # thread may take it, and this one run on for a while before the stop reaches it.)
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
@@ -207,15 +207,23 @@ class EffectLog:
             os.close(descriptor)
 
 
-def read_effects(path: Path) -> tuple[list[Effect], int]:
-    """The effects (made and held back) an :class:`EffectLog` recorded, and how many
-    freezes it announced."""
+@dataclass(frozen=True)
+class Freeze:
+    """A task's step stopped its worker process ``pid`` while holding it in ``epoch``."""
+
+    pid: int
+    task_id: UUID
+    epoch: int
+
+
+def read_effects(path: Path) -> tuple[list[Effect], list[Freeze]]:
+    """The effects (made and held back) an :class:`EffectLog` recorded, and the freezes."""
     effects = []
-    freezes = 0
+    freezes = []
     for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
         if record["event"] == "freeze":
-            freezes += 1
+            freezes.append(Freeze(record["pid"], UUID(record["task_id"]), record["epoch"]))
             continue
         effects.append(
             Effect(
