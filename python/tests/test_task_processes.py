@@ -140,7 +140,8 @@ def test_two_step_tasks_survive_kills_and_freezes(
     driver.task_enqueue_many(
         [{"kind": "flow", "max_attempts": 50, "data": {"freeze": True}} for _ in range(FROZEN_IN_STEP)]
     )
-    deadline = time.monotonic() + 60
+    began = time.monotonic()
+    deadline = began + 60
     while done() < TASKS + QUICK + FROZEN_IN_STEP and time.monotonic() < deadline:
         time.sleep(0.05)
         effects, frozen = read_effects(effects_log)
@@ -152,6 +153,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
         if worker.stopped():  # its successor finished before it was seen acting
             worker.signal(signal.SIGCONT)
     assert done() == TASKS + QUICK + FROZEN_IN_STEP, "the tasks freezing their workers did not finish"
+    frozen_for = time.monotonic() - began
     for worker in workers:
         worker.stop()
 
@@ -191,7 +193,7 @@ def test_two_step_tasks_survive_kills_and_freezes(
     redone = sum(1 for count in epochs.values() if count > 2)
     print(
         f"{mode}: {TASKS} tasks, {kills} kills, {freezes} freezes, {redone} tasks leased more than twice, "
-        f"{len(held_back)} effects held back"
+        f"{len(held_back)} effects held back, {frozen_for:.1f} s for the steps freezing their workers"
     )
 
 
