@@ -1,10 +1,11 @@
-"""A primary that is stopped while cut off from the database (test_partition_stop).
+"""A runtime that is stopped while cut off from the database (test_partition_stop).
 
-Run as ``python stop_app.py CONNINFO UTYPE LOG sync|async``: an Elector (or AsyncElector)
-with I = 0.5 s, T = 2 s that logs JSON lines to LOG, each with ``at`` on the monotonic
-clock, which every process of the machine shares: ``window`` (the end of the safe window
-after each renewal), ``elected``, ``demoted``, ``stopping`` (SIGTERM handled) and ``stopped``
-(``stop()`` returned).
+Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (service type
+NAME, I = 0.5 s, T = 2 s) or ``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR
+``sync`` or ``async``; both have a safe window of 1.5 s. It logs JSON lines to LOG, each
+with ``at`` on the monotonic clock, which every process of the machine shares: ``window``
+(the end of the safe window after each renewal), ``gained``, ``lost`` (the callbacks),
+``stopping`` (SIGTERM handled) and ``stopped`` (``stop()`` returned).
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from tenure import Elector
-from tenure.aio import AsyncElector
+from tenure import Claimer, Elector
+from tenure.aio import AsyncClaimer, AsyncElector
 
-INTERVAL, TIMEOUT = 0.5, 2.0
+PERIOD, EXPIRY = 0.5, 2.0
+
+Note = Callable[..., None]
+Runtime = Elector | Claimer | AsyncElector | AsyncClaimer
 
 
-def main(conninfo: str, utype: str, path: str, flavour: str) -> None:
+def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
     lock = threading.Lock()
     with open(path, "a", buffering=1) as log:
 
@@ -31,49 +36,62 @@ def main(conninfo: str, utype: str, path: str, flavour: str) -> None:
             with lock:
                 log.write(json.dumps({"event": event, "at": time.monotonic(), **fields}) + "\n")
 
-        options: dict[str, Any] = {
-            "interval": INTERVAL,
-            "timeout": TIMEOUT,
-            "on_elected": lambda term: note("elected", term=term),
-            "on_demoted": lambda reason: note("demoted", reason=reason),
-        }
-        if flavour == "sync":
-            run_threaded(Elector(conninfo, utype, **options), note)
+        runtime = make(conninfo, name, kind, flavour, note)
+        follow_windows(runtime, note)
+        if isinstance(runtime, Elector | Claimer):
+            run_threaded(runtime, note)
         else:
-            asyncio.run(run_async(AsyncElector(conninfo, utype, **options), note))
+            asyncio.run(run_async(runtime, note))
 
 
-def follow_windows(elector: Elector | AsyncElector, note: Any) -> None:
+def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runtime:
+    def gained(what: object) -> None:
+        note("gained", what=str(what))
+
+    def lost(what: object) -> None:
+        note("lost", what=str(what))
+
+    if kind == "elector":
+        elector = Elector if flavour == "sync" else AsyncElector
+        return elector(conninfo, name, interval=PERIOD, timeout=EXPIRY, on_elected=gained, on_demoted=lost)
+    claimer = Claimer if flavour == "sync" else AsyncClaimer
+    return claimer(conninfo, name, cycle=PERIOD, expiry=EXPIRY, on_gained=gained, on_lost=lost)
+
+
+def follow_windows(runtime: Runtime, note: Note) -> None:
     def window() -> None:
-        held = elector.grant_until()
-        if held is not None:
-            note("window", term=held[0], until=held[1])
+        if isinstance(runtime, Elector | AsyncElector):
+            granted = runtime.grant_until()
+            if granted is not None:
+                note("window", until=granted[1])
+        else:
+            keys, until = runtime.held_until()
+            if keys:
+                note("window", until=until)
 
-    elector.follow(window)
+    runtime.follow(window)
 
 
-def run_threaded(elector: Elector, note: Any) -> None:
+def run_threaded(runtime: Elector | Claimer, note: Note) -> None:
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
-    follow_windows(elector, note)
-    elector.start()
+    runtime.start()
     while not terminated.wait(0.05):
         pass
     note("stopping")
-    elector.stop()
+    runtime.stop()
     note("stopped")
 
 
-async def run_async(elector: AsyncElector, note: Any) -> None:
+async def run_async(runtime: AsyncElector | AsyncClaimer, note: Note) -> None:
     terminated = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated.set)
-    follow_windows(elector, note)
-    await elector.start()
+    await runtime.start()
     await terminated.wait()
     note("stopping")
-    await elector.stop()
+    await runtime.stop()
     note("stopped")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
