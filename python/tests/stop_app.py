@@ -1,7 +1,8 @@
 """A runtime that is stopped while cut off from the database (test_partition_stop).
 
 Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (service type
-NAME, I = 0.5 s, T = 2 s) or ``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR
+NAME, I = 0.5 s, T = 2 s), ``maintainer`` (the same elector, ticking every 0.5 s) or
+``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR
 ``sync`` or ``async``; both have a safe window of 1.5 s. It logs JSON lines to LOG, each
 with ``at`` on the monotonic clock, which every process of the machine shares: ``window``
 (the end of the safe window after each renewal), ``gained``, ``lost`` (the callbacks),
@@ -19,13 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenure import Claimer, Elector
-from tenure.aio import AsyncClaimer, AsyncElector
+from tenure import Claimer, Elector, Maintainer
+from tenure.aio import AsyncClaimer, AsyncElector, AsyncMaintainer
 
 PERIOD, EXPIRY = 0.5, 2.0
 
 Note = Callable[..., None]
-Runtime = Elector | Claimer | AsyncElector | AsyncClaimer
+Runtime = Elector | Claimer | Maintainer | AsyncElector | AsyncClaimer | AsyncMaintainer
 
 
 def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
@@ -38,7 +39,7 @@ def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
 
         runtime = make(conninfo, name, kind, flavour, note)
         follow_windows(runtime, note)
-        if isinstance(runtime, Elector | Claimer):
+        if isinstance(runtime, Elector | Claimer | Maintainer):
             run_threaded(runtime, note)
         else:
             asyncio.run(run_async(runtime, note))
@@ -54,25 +55,32 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
     if kind == "elector":
         elector = Elector if flavour == "sync" else AsyncElector
         return elector(conninfo, name, interval=PERIOD, timeout=EXPIRY, on_elected=gained, on_demoted=lost)
+    if kind == "maintainer":
+        maintainer = Maintainer if flavour == "sync" else AsyncMaintainer
+        return maintainer(
+            conninfo, tick_every=PERIOD, interval=PERIOD, timeout=EXPIRY, on_elected=gained, on_demoted=lost
+        )
     claimer = Claimer if flavour == "sync" else AsyncClaimer
     return claimer(conninfo, name, cycle=PERIOD, expiry=EXPIRY, on_gained=gained, on_lost=lost)
 
 
 def follow_windows(runtime: Runtime, note: Note) -> None:
+    elector = runtime.elector if isinstance(runtime, Maintainer | AsyncMaintainer) else runtime
+
     def window() -> None:
-        if isinstance(runtime, Elector | AsyncElector):
-            granted = runtime.grant_until()
+        if isinstance(elector, Elector | AsyncElector):
+            granted = elector.grant_until()
             if granted is not None:
                 note("window", until=granted[1])
         else:
-            keys, until = runtime.held_until()
+            keys, until = elector.held_until()
             if keys:
                 note("window", until=until)
 
-    runtime.follow(window)
+    elector.follow(window)
 
 
-def run_threaded(runtime: Elector | Claimer, note: Note) -> None:
+def run_threaded(runtime: Elector | Claimer | Maintainer, note: Note) -> None:
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     runtime.start()
@@ -83,7 +91,7 @@ def run_threaded(runtime: Elector | Claimer, note: Note) -> None:
     note("stopped")
 
 
-async def run_async(runtime: AsyncElector | AsyncClaimer, note: Note) -> None:
+async def run_async(runtime: AsyncElector | AsyncClaimer | AsyncMaintainer, note: Note) -> None:
     terminated = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated.set)
     await runtime.start()

@@ -144,13 +144,15 @@ def wait_for(log: Path, event: str, child: subprocess.Popen[str], timeout: float
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("kind", "flavour"), [("elector", "sync"), ("elector", "async"), ("claimer", "sync")]
+    ("kind", "flavour"),
+    [("elector", "sync"), ("elector", "async"), ("claimer", "sync"), ("maintainer", "async")],
 )
 def test_stop_while_cut_off_keeps_its_bounds(
     app_conninfo: str, admin: Any, tmp_path: Path, kind: str, flavour: str
 ) -> None:
     """The async claimer shares the async elector's stop (AsyncCycleLoop), the replica
-    manager the elector's (GrantLoop): one case each would add seconds, not coverage."""
+    manager the elector's (GrantLoop), the sync maintainer the async one's shape: one case
+    each would add seconds, not coverage."""
     Driver(admin).claim_register("cut", ["a", "b"])
     parts = conninfo_to_dict(app_conninfo)
     log = tmp_path / f"{kind}.log"

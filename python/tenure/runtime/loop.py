@@ -569,7 +569,7 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
         # A call in flight is cut (its socket abandoned), never cancelled: psycopg would
         # wait up to 10 s for a cancel request that cannot reach the server. Anything else
         # the loop awaits (a connection attempt, its turn) is cancelled.
-        if loop and not self._deadlines.cut():
+        if loop and loop[0] not in self._deadlines.cut():
             loop[0].cancel()
         if loop:
             await asyncio.wait(loop, timeout=max(0.0, end - time.monotonic()))
