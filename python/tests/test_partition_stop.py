@@ -108,11 +108,7 @@ def listener_in(namespace: str) -> socket.socket:
 @contextlib.contextmanager
 def forwarder(namespace: str, upstream: tuple[str, int]) -> Iterator[int]:
     """Forward connections to the listening port yielded, in ``namespace``, to ``upstream``."""
-    with PausingProxy(*upstream) as proxy:
-        proxy._listener.close()
-        proxy._listener = listener_in(namespace)
-        proxy.port = proxy._listener.getsockname()[1]
-        threading.Thread(target=proxy._accept, daemon=True).start()
+    with PausingProxy(*upstream, listener=listener_in(namespace)) as proxy:
         yield proxy.port
 
 
