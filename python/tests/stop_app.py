@@ -1,12 +1,13 @@
 """A runtime that is stopped while cut off from the database (test_partition_stop).
 
-Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (service type
-NAME, I = 0.5 s, T = 2 s), ``maintainer`` (the same elector, ticking every 0.5 s) or
-``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR
-``sync`` or ``async``; both have a safe window of 1.5 s. It logs JSON lines to LOG, each
-with ``at`` on the monotonic clock, which every process of the machine shares: ``window``
-(the end of the safe window after each renewal), ``gained``, ``lost`` (the callbacks),
-``stopping`` (SIGTERM handled) and ``stopped`` (``stop()`` returned).
+Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (service
+type NAME, I = 0.5 s, T = 2 s), ``maintainer`` (the same elector, ticking every 0.5 s),
+``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s) or ``replica`` (sync only: interval
+0.5 s, idle timeout 1.5 s), FLAVOUR ``sync`` or ``async``; each has a safe window of 1.5 s.
+It logs JSON lines to LOG, each with ``at`` on the monotonic clock, which every process of
+the machine shares: ``window`` (the end of the safe window after each renewal), ``gained``,
+``lost`` (the callbacks), ``stopping`` (SIGTERM handled) and ``stopped``
+(``stop()`` returned).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenure import Claimer, Elector, Maintainer
+from tenure import Claimer, Elector, Maintainer, ReplicaManager
 from tenure.aio import AsyncClaimer, AsyncElector, AsyncMaintainer
 
 PERIOD, EXPIRY = 0.5, 2.0
 
 Note = Callable[..., None]
-Runtime = Elector | Claimer | Maintainer | AsyncElector | AsyncClaimer | AsyncMaintainer
+Runtime = Elector | Claimer | Maintainer | ReplicaManager | AsyncElector | AsyncClaimer | AsyncMaintainer
 
 
 def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
@@ -39,7 +40,7 @@ def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
 
         runtime = make(conninfo, name, kind, flavour, note)
         follow_windows(runtime, note)
-        if isinstance(runtime, Elector | Claimer | Maintainer):
+        if isinstance(runtime, Elector | Claimer | Maintainer | ReplicaManager):
             run_threaded(runtime, note)
         else:
             asyncio.run(run_async(runtime, note))
@@ -55,6 +56,15 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
     if kind == "elector":
         elector = Elector if flavour == "sync" else AsyncElector
         return elector(conninfo, name, interval=PERIOD, timeout=EXPIRY, on_elected=gained, on_demoted=lost)
+    if kind == "replica":  # sync only here
+        return ReplicaManager(
+            conninfo,
+            name=name,
+            interval=PERIOD,
+            idle_timeout=EXPIRY - PERIOD,
+            on_active=gained,
+            on_passive=lost,
+        )
     if kind == "maintainer":
         maintainer = Maintainer if flavour == "sync" else AsyncMaintainer
         return maintainer(
@@ -68,7 +78,7 @@ def follow_windows(runtime: Runtime, note: Note) -> None:
     elector = runtime.elector if isinstance(runtime, Maintainer | AsyncMaintainer) else runtime
 
     def window() -> None:
-        if isinstance(elector, Elector | AsyncElector):
+        if isinstance(elector, Elector | AsyncElector | ReplicaManager):
             granted = elector.grant_until()
             if granted is not None:
                 note("window", until=granted[1])
@@ -80,7 +90,7 @@ def follow_windows(runtime: Runtime, note: Note) -> None:
     elector.follow(window)
 
 
-def run_threaded(runtime: Elector | Claimer | Maintainer, note: Note) -> None:
+def run_threaded(runtime: Elector | Claimer | Maintainer | ReplicaManager, note: Note) -> None:
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     runtime.start()

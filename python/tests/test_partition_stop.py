@@ -142,9 +142,15 @@ def wait_for(log: Path, event: str, child: subprocess.Popen[str], timeout: float
     raise AssertionError(f"no {event!r} within {timeout} s; the child logged {events(log)}, stderr: {stderr}")
 
 
-# The async claimer shares the async elector's stop (AsyncCycleLoop), the replica manager
-# the elector's (GrantLoop), the sync maintainer the async one's shape.
-CASES = [("elector", "sync"), ("elector", "async"), ("claimer", "sync"), ("maintainer", "async")]
+# The async claimer and replica manager share the async elector's stop (AsyncCycleLoop), the
+# sync maintainer the async one's shape.
+CASES = [
+    ("elector", "sync"),
+    ("elector", "async"),
+    ("claimer", "sync"),
+    ("replica", "sync"),
+    ("maintainer", "async"),
+]
 
 
 @pytest.mark.timeout(120)

@@ -277,6 +277,9 @@ class Replication(GrantLogic):
     def _lost(self, error: Exception) -> None:
         """The lock connection broke, or the database says the lock is no longer ours."""
         self._close_connection()  # whatever the session still holds, it holds no longer
+        if self._closing:
+            self._demote("stopped")  # stop() cut the ping short
+            return
         sqlstate = getattr(error, "sqlstate", None)
         terminated = sqlstate == ADMIN_SHUTDOWN or "administrator command" in str(error)
         if terminated:
