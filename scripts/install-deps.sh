@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(postgresql-15 postgresql-client-15 sqitch libdbd-pg-perl postgresql-15-pgtap
           libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check python3-venv
           haproxy pgbouncer patroni etcd-server faketime libfaketime
+          nftables  # the partition tests: a blackhole inside a network namespace of their own
           chromium chromium-driver  # chromium + its driver: the dashboard's browser tests (Selenium)
           libpostgresql-jdbc-java)  # the JDBC driver of examples/java (/usr/share/java/postgresql.jar)
 missing=()

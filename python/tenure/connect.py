@@ -275,6 +275,14 @@ class Deadlines:
             with self._wake:
                 self._live.discard(token)
 
+    def cut(self) -> None:
+        """Abandon the socket of every call in progress now (a stop that will not wait for it)."""
+        with self._wake:
+            for _, token, connection in self._heap:
+                if token in self._live:
+                    abandon(connection)
+            self._live.clear()
+
     def close(self) -> None:
         with self._wake:
             self._closed = True
@@ -305,14 +313,28 @@ class AsyncDeadlines:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._live: dict[int, tuple[psycopg.BaseConnection[Any], asyncio.Task[Any] | None]] = {}
+        self._tokens = itertools.count()
 
     @contextmanager
     def bounded(self, connection: psycopg.BaseConnection[Any], seconds: float) -> Iterator[None]:
+        token = next(self._tokens)
+        self._live[token] = (connection, asyncio.current_task())
         timer = asyncio.get_running_loop().call_later(seconds, self._overran, connection)
         try:
             yield
         finally:
             timer.cancel()
+            self._live.pop(token, None)
+
+    def cut(self) -> set[asyncio.Task[Any] | None]:
+        """Abandon the socket of every call in progress now; the tasks that made them, which
+        a stop should not cancel as well: psycopg answers the cancellation of a call with a
+        cancel request to the server, and waits up to 10 s for it when the server is away."""
+        live, self._live = self._live, {}
+        for connection, _ in live.values():
+            abandon(connection)
+        return {task for _, task in live.values()}
 
     def _overran(self, connection: psycopg.BaseConnection[Any]) -> None:
         log.warning("%s: a call overran its time bound: abandoning its connection", self.name)

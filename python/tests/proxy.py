@@ -13,9 +13,13 @@ from types import TracebackType
 
 
 class PausingProxy:
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, *, listener: socket.socket | None = None
+    ) -> None:
+        """Listens on a free port of 127.0.0.1, or on ``listener`` (one of another network
+        namespace: test_partition_stop)."""
         self.upstream = (upstream_host, upstream_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = listener or socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()

@@ -290,3 +290,36 @@ def test_async_callbacks_run_on_the_event_loop(app_conninfo: str) -> None:
         return seen
 
     assert asyncio.run(main()) == [1]
+
+
+def test_stop_keeps_its_grace_and_the_watchdog_while_the_loop_is_held_up(app_conninfo: str) -> None:
+    """The loop thread held up where stop() cannot cut it short (an on_elected callback that
+    blocks): stop() still returns within its grace, and the watchdog, which runs until stop()
+    returns, steps down at the end of the safe window."""
+    slack = 0.25  # scheduling on a loaded two-core machine
+    grace = 1.0  # longer than the safe window T - I, so that the window ends during the stop
+    release = threading.Event()
+    demoted: list[tuple[float, str]] = []
+    e = Elector(
+        app_conninfo,
+        "svc",
+        interval=I,
+        timeout=T,
+        on_elected=lambda term: release.wait(10),
+        on_demoted=lambda reason: demoted.append((time.monotonic(), reason)),
+    )
+    e.start()
+    try:
+        assert e.wait_until_primary(10)
+        held = e.grant_until()
+        assert held is not None
+        began = time.monotonic()
+        e.stop(grace=grace)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert took <= grace + slack, f"stop() took {took:.3f} s, over its grace {grace} s + {slack} s"
+    assert demoted, "on_demoted never fired"
+    at, reason = demoted[0]
+    assert reason == "no successful renewal within T - I"
+    assert at <= held[1] + slack, f"on_demoted came {at - held[1]:.3f} s after the safe window ended"

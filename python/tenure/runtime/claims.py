@@ -140,6 +140,8 @@ class ClaimLogic(LoopLogic):
 
     def _update(self, held: Keys, deadline: float, *, reason: str) -> None:
         with self._state:
+            if self._closing:
+                held, deadline = {}, 0.0  # stop() began: a late answer takes nothing up
             before = self._held
             self._held, self._deadline = held, deadline
             self._state.notify_all()

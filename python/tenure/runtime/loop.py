@@ -63,6 +63,11 @@ async def await_until(
     return True
 
 
+def capped(seconds: float, cap: float | None) -> float:
+    """``seconds``, or ``cap`` when it is given and shorter."""
+    return seconds if cap is None else min(seconds, cap)
+
+
 def _next_wait(end: float | None, look_every: float | Callable[[], float | None] | None) -> float | None:
     """How long the next wait of :func:`wait_until` may last (<= 0: the timeout has passed)."""
     left = None if end is None else end - time.monotonic()
@@ -140,6 +145,9 @@ class LoopLogic:
         self.safe_window = safe_window
         self.label = label
         self._deadline = 0.0  # monotonic; what is held is valid until then
+        self._closing = False  # stop() began: nothing is taken up any more (set with _state held)
+        self._watch_ended = False  # the watchdog's end, at the very end of stop() (with _state held)
+        self._stranded = False  # stop() went on without the loop, which closes its connection itself
         self._followers: list[Callable[[], None]] = []  # told of every change (AsyncCycleLoop._while_held)
 
     # -- to implement ------------------------------------------------------------------
@@ -231,6 +239,7 @@ class CycleLoop(LoopLogic, Runtime):
         self._threads: list[threading.Thread] = []
         self._connection: psycopg.Connection[Any] | None = None
         self._deadlines = Deadlines(self.label)
+        self._loop_done = False  # the loop thread ended (set with _state held)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -244,32 +253,78 @@ class CycleLoop(LoopLogic, Runtime):
     def stop(self, *, leave: bool = True, grace: float | None = None) -> None:
         """Stop the loop and give up locally; with ``leave``, in the database too.
 
-        Bounded by ``grace`` seconds (default: the safe window) even while the
-        database is away: a leave that fails is tried again until then, so that a
-        successor need not wait for the grant to expire when the database returns
-        in time.
+        Returns within ``grace`` seconds (default: the safe window) even while the
+        database is away: a call in flight is cut at once; a loop that does not come
+        back in time (a connection attempt into a partition) is left to end by itself;
+        a leave that fails is tried again until then, so that a successor need not wait
+        for the grant to expire when the database returns in time, and is abandoned
+        there. The watchdog goes on until stop() returns: what is held is given up by
+        the end of its safe window, during a stop too.
         """
         end = time.monotonic() + (self.safe_window if grace is None else grace)
-        self._stopping.set()
         with self._state:
+            self._closing = True
             self._state.notify_all()
-        for thread in self._threads:
-            thread.join()  # a cycle in progress ends within the safe window (see _run)
-        self._threads.clear()
+        self._stopping.set()
+        self._deadlines.cut()  # a call in flight ends now; what it held is given up below
+        loop, watchdogs = self._threads[:1], self._threads[1:]
+        for thread in loop:
+            thread.join(max(0.0, end - time.monotonic()))
+        with self._state:
+            came_back = not loop or self._loop_done
+            self._stranded = not came_back
         self._stopped()
-        while leave:
-            try:
-                connection = self._open()
-                with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
-                    Driver(connection).run(self._leave())
-                break
-            except psycopg.Error as error:
-                self._close()
-                if self._left(error, end):
-                    break
-                time.sleep(0.2)
-        self._close()
+        if leave and came_back:
+            self._leave_by(end)
+        elif leave:
+            log.warning("%s: stopped without leaving: the loop was not back within the grace", self.label)
+        with self._state:
+            self._watch_ended = True
+            self._state.notify_all()
+        for thread in watchdogs:
+            thread.join(max(0.0, end - time.monotonic()))
+        self._threads.clear()
+        if came_back:
+            self._close()
         self._deadlines.close()
+
+    def _leave_by(self, end: float) -> None:
+        """Leave in the database by the monotonic ``end``, on a connection whose timeouts are
+        capped by the time left. It runs on a thread of its own that is abandoned at ``end``:
+        libpq's connect timeout is never below 2 s, longer than what may be left."""
+        connection, self._connection = self._connection, None
+        abandoned = threading.Event()
+
+        def attempt() -> None:
+            nonlocal connection
+            try:
+                while not abandoned.is_set():
+                    try:
+                        if connection is None or connection.closed or connection.broken:
+                            if connection is not None:
+                                connection.close()
+                            connection = None
+                            connection = self._connect(deadline=max(0.1, end - time.monotonic()))
+                            if abandoned.is_set():
+                                return
+                        with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
+                            Driver(connection).run(self._leave())
+                        return
+                    except psycopg.Error as error:
+                        if self._left(error, end):
+                            return
+                        abandoned.wait(0.2)
+            finally:
+                if connection is not None:
+                    connection.close()
+
+        thread = threading.Thread(target=attempt, name=f"tenure-leave-{self.label}", daemon=True)
+        thread.start()
+        thread.join(max(0.0, end - time.monotonic()))
+        if thread.is_alive():
+            abandoned.set()
+            self._deadlines.cut()
+            log.warning("%s: could not leave within the grace: the database did not answer", self.label)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -280,8 +335,10 @@ class CycleLoop(LoopLogic, Runtime):
             self._connection = self._connect()
         return self._connection
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return connect(self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window)
+    def _connect(self, *, deadline: float | None = None) -> psycopg.Connection[Any]:
+        """A new connection whose waits end within the safe window, or ``deadline`` if sooner."""
+        bound = capped(self.safe_window, deadline)
+        return connect(self.conninfo, application_name=f"tenure {self.label}", deadline=bound)
 
     def _close(self) -> None:
         if self._connection is not None:
@@ -294,23 +351,34 @@ class CycleLoop(LoopLogic, Runtime):
         return contextlib.nullcontext()
 
     def _run(self) -> None:
-        next_cycle = time.monotonic()
-        while not self._stopping.is_set():
-            try:
-                with self._cycle_seconds.time(), self._turn():
-                    connection = self._open()
-                    with self._deadlines.bounded(connection, self.safe_window):
-                        Driver(connection).run(self._cycle())
-            except Exception as error:
-                if isinstance(error, psycopg.Error):
-                    self._close()
-                self._failed(error)
-            next_cycle = max(next_cycle + self.period, time.monotonic())
-            self._stopping.wait(next_cycle - time.monotonic())
+        try:
+            next_cycle = time.monotonic()
+            while not self._stopping.is_set():
+                try:
+                    with self._cycle_seconds.time(), self._turn():
+                        connection = self._open()
+                        if self._stopping.is_set():
+                            break
+                        with self._deadlines.bounded(connection, self.safe_window):
+                            Driver(connection).run(self._cycle())
+                except Exception as error:
+                    if isinstance(error, psycopg.Error):
+                        self._close()
+                    if self._stopping.is_set():
+                        break  # cut short by stop(), which gives up what was held
+                    self._failed(error)
+                next_cycle = max(next_cycle + self.period, time.monotonic())
+                self._stopping.wait(next_cycle - time.monotonic())
+        finally:
+            with self._state:
+                self._loop_done = True
+                stranded = self._stranded
+            if stranded:
+                self._close()
 
     def _watch_deadline(self) -> None:
         with self._state:
-            while not self._stopping.is_set():
+            while not self._watch_ended:
                 left = self._overdue()
                 if left is None or left > 0:
                     self._state.wait(left)
@@ -393,6 +461,8 @@ class GrantLogic(LoopLogic):
             self._demote(too_late)  # the answer came back after the safe window of its request
             return
         with self._state:
+            if self._closing:
+                return  # stop() began: a late answer takes nothing up
             previous = self._grant
             self._grant, self._deadline = grant, deadline
             if previous != grant:
@@ -491,28 +561,56 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
         is away, as :meth:`CycleLoop.stop`.
         """
         end = time.monotonic() + (self.safe_window if grace is None else grace)
-        self._stopping = True
         with self._state:
+            self._closing = True
+            self._stopping = True
             self._state.notify_all()
-        for task in self._tasks:
-            task.cancel()  # a cycle in flight is abandoned: its grant is given up below
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        loop, watchdogs = self._tasks[:1], self._tasks[1:]
+        # A call in flight is cut (its socket abandoned), never cancelled: psycopg would
+        # wait up to 10 s for a cancel request that cannot reach the server. Anything else
+        # the loop awaits (a connection attempt, its turn) is cancelled.
+        if loop and loop[0] not in self._deadlines.cut():
+            loop[0].cancel()
+        if loop:
+            await asyncio.wait(loop, timeout=max(0.0, end - time.monotonic()))
+        came_back = not loop or loop[0].done()
+        self._stranded = not came_back
         self._stopped()
-        if self._connection is not None and not self._connection.closed:
-            await self._close()  # the cancelled call may have left it mid-statement
-        while leave:
+        if came_back and self._connection is not None and not self._connection.closed:
+            await self._close()  # the cut call may have left it mid-statement
+        if leave and came_back:
+            await self._leave_by(end)
+        elif leave:
+            log.warning("%s: stopped without leaving: the loop was not back within the grace", self.label)
+        with self._state:
+            self._watch_ended = True
+            self._state.notify_all()
+        for task in watchdogs:
+            task.cancel()
+        await asyncio.gather(*watchdogs, return_exceptions=True)
+        self._tasks.clear()
+        if came_back:
+            await self._close()
+
+    async def _leave_by(self, end: float) -> None:
+        """Leave in the database by the monotonic ``end``, on connections whose timeouts are
+        capped by the time left; a connection attempt still in progress then is cancelled."""
+        while True:
+            left = max(0.1, end - time.monotonic())
             try:
-                connection = await self._open()
+                async with asyncio.timeout(left):
+                    connection = await self._open(deadline=left)
                 with self._deadlines.bounded(connection, max(0.1, end - time.monotonic())):
                     await AsyncDriver(connection).run(self._leave())
-                break
+                return
+            except TimeoutError:
+                log.warning("%s: could not leave within the grace: the database did not answer", self.label)
+                return
             except psycopg.Error as error:
                 await self._close()
                 if self._left(error, end):
-                    break
+                    return
                 await asyncio.sleep(0.2)
-        await self._close()
 
     @contextlib.asynccontextmanager
     async def _while_held(
@@ -563,16 +661,16 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def _open(self) -> psycopg.AsyncConnection[Any]:
+    async def _open(self, *, deadline: float | None = None) -> psycopg.AsyncConnection[Any]:
         if self._connection is None or self._connection.closed or self._connection.broken:
             await self._close()
-            self._connection = await self._connect()
+            self._connection = await self._connect(deadline=deadline)
         return self._connection
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await aconnect(
-            self.conninfo, application_name=f"tenure {self.label}", deadline=self.safe_window
-        )
+    async def _connect(self, *, deadline: float | None = None) -> psycopg.AsyncConnection[Any]:
+        """:meth:`CycleLoop._connect` for asyncio."""
+        bound = capped(self.safe_window, deadline)
+        return await aconnect(self.conninfo, application_name=f"tenure {self.label}", deadline=bound)
 
     async def _close(self) -> None:
         if self._connection is not None:
@@ -584,23 +682,31 @@ class AsyncCycleLoop(LoopLogic, AsyncRuntime):
         return contextlib.nullcontext()
 
     async def _run(self) -> None:
-        next_cycle = time.monotonic()
-        while not self._stopping:
-            try:
-                with self._cycle_seconds.time():
-                    async with self._turn():
-                        connection = await self._open()
-                        with self._deadlines.bounded(connection, self.safe_window):
-                            await AsyncDriver(connection).run(self._cycle())
-            except Exception as error:
-                if isinstance(error, psycopg.Error):
-                    await self._close()
-                self._failed(error)
-            next_cycle = max(next_cycle + self.period, time.monotonic())
-            await asyncio.sleep(next_cycle - time.monotonic())
+        try:
+            next_cycle = time.monotonic()
+            while not self._stopping:
+                try:
+                    with self._cycle_seconds.time():
+                        async with self._turn():
+                            connection = await self._open()
+                            if self._stopping:
+                                break
+                            with self._deadlines.bounded(connection, self.safe_window):
+                                await AsyncDriver(connection).run(self._cycle())
+                except Exception as error:
+                    if isinstance(error, psycopg.Error):
+                        await self._close()
+                    if self._stopping:
+                        break  # cut short by stop(), which gives up what was held
+                    self._failed(error)
+                next_cycle = max(next_cycle + self.period, time.monotonic())
+                await await_until(lambda: self._stopping, self._state.wait, next_cycle - time.monotonic())
+        finally:
+            if self._stranded:
+                await self._close()
 
     async def _watch_deadline(self) -> None:
-        while not self._stopping:
+        while not self._watch_ended:
             with self._state:
                 left = self._overdue()
             if left is None or left > 0:

@@ -246,15 +246,19 @@ class Maintainer(MaintainLogic, Runtime):
     def stop(self, *, grace: float | None = None) -> None:
         """Stop both jobs (a call in progress ends within the safe window), then resign.
 
+        Returns within ``grace`` seconds (default T - I) even while the database is away: a
+        call in progress is cut at once, and a job stuck connecting ends by itself later.
         Stopping a stopped maintainer does nothing."""
         if self._stopped:
             return
         self._stopped = True
+        end = time.monotonic() + (self.elector.timing.safe_window if grace is None else grace)
         self._stopping.set()
+        self._deadlines.cut()
         for thread in self._threads:
-            thread.join()
+            thread.join(max(0.0, end - time.monotonic()))
         self._threads.clear()
-        self.elector.stop(resign=True, grace=grace)
+        self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
         self._deadlines.close()
 
     def _run(self, job: str, every: float) -> None:
@@ -281,6 +285,8 @@ class Maintainer(MaintainLogic, Runtime):
                         )
                     self._run_steps(connection, self._steps(job))
                 except Exception as error:
+                    if self._stopping.is_set():
+                        break  # cut short by stop()
                     self._failed(job, error)
                     if isinstance(error, psycopg.Error) and connection is not None:
                         connection.close()
@@ -322,21 +328,26 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
         return self
 
     async def stop(self, *, grace: float | None = None) -> None:
-        """Stop both jobs (a call in progress is abandoned), then resign."""
+        """Stop both jobs (a call in progress is abandoned), then resign, within ``grace``
+        seconds (default T - I) as :meth:`Maintainer.stop`."""
         if self._stopped:
             return
         self._stopped = True
+        end = time.monotonic() + (self.elector.timing.safe_window if grace is None else grace)
+        cut = self._deadlines.cut()  # a cut call ends its task's run (see _run): no cancel request
         for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            if task not in cut:
+                task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=max(0.0, end - time.monotonic()))
         self._tasks.clear()
-        await self.elector.stop(resign=True, grace=grace)
+        await self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
 
     async def _run(self, job: str, every: float) -> None:
         connection: psycopg.AsyncConnection[Any] | None = None
         next_run = time.monotonic()
         try:
-            while True:
+            while not self._stopped:
                 if self.elector.remaining() <= 0:
                     await self.elector.wait_until_primary(timeout=min(every, 0.5))
                     next_run = min(next_run, time.monotonic())
@@ -355,6 +366,8 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
                         )
                     await self._run_steps(connection, self._steps(job))
                 except Exception as error:
+                    if self._stopped:
+                        break  # cut short by stop()
                     self._failed(job, error)
                     if isinstance(error, psycopg.Error) and connection is not None:
                         await connection.close()

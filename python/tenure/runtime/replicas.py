@@ -53,7 +53,7 @@ from tenure.connect import (
 from tenure.driver import OPS, AsyncDriver, Driver, Op, ReplicaGrant
 from tenure.errors import InvalidConfiguration, NotPrimary, TenureError
 from tenure.metrics import Metrics
-from tenure.runtime.loop import AsyncGrantLoop, GrantLogic, GrantLoop
+from tenure.runtime.loop import AsyncGrantLoop, GrantLogic, GrantLoop, capped
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,12 @@ class Replication(GrantLogic):
 
     # -- the lock session --------------------------------------------------------------
 
-    def _dial_options(self) -> dict[str, Any]:
-        """How a lock connection is opened (``connect`` or ``aconnect``), nothing set on it yet."""
+    def _dial_options(self, deadline: float | None = None) -> dict[str, Any]:
+        """How a lock connection is opened (``connect`` or ``aconnect``), nothing set on it yet;
+        its waits end within the idle timeout, or ``deadline`` if sooner (a leave in a stop)."""
         return {
             "application_name": f"tenure replica {self.name}",
-            "deadline": self.timing.idle_timeout,
+            "deadline": capped(self.timing.idle_timeout, deadline),
             "idle_session_timeout": self.timing.idle_timeout,
         }
 
@@ -276,6 +277,9 @@ class Replication(GrantLogic):
     def _lost(self, error: Exception) -> None:
         """The lock connection broke, or the database says the lock is no longer ours."""
         self._close_connection()  # whatever the session still holds, it holds no longer
+        if self._closing:
+            self._demote("stopped")  # stop() cut the ping short
+            return
         sqlstate = getattr(error, "sqlstate", None)
         terminated = sqlstate == ADMIN_SHUTDOWN or "administrator command" in str(error)
         if terminated:
@@ -355,8 +359,8 @@ class ReplicaManager(Replication, GrantLoop):
     def _turn(self) -> threading.RLock:
         return self._writing
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        connection = connect(self.conninfo, **self._dial_options())
+    def _connect(self, *, deadline: float | None = None) -> psycopg.Connection[Any]:
+        connection = connect(self.conninfo, **self._dial_options(deadline))
         Driver(connection).run(self._lock_session())
         return connection
 
@@ -430,8 +434,8 @@ class AsyncReplicaManager(Replication, AsyncGrantLoop):
     def _turn(self) -> asyncio.Lock:
         return self._writing
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        connection = await aconnect(self.conninfo, **self._dial_options())
+    async def _connect(self, *, deadline: float | None = None) -> psycopg.AsyncConnection[Any]:
+        connection = await aconnect(self.conninfo, **self._dial_options(deadline))
         await AsyncDriver(connection).run(self._lock_session())
         return connection
 
