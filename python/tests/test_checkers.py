@@ -38,20 +38,24 @@ def reported(problems: list[str], *fragments: str) -> bool:
 E0, E1 = uuid4(), uuid4()
 TASK_A, TASK_B = uuid4(), uuid4()
 W0, W1 = uuid4(), uuid4()
+CL0, CL1 = uuid4(), uuid4()
 
 
 @dataclass
 class Tables:
-    """The final tables the failover checker reads: fo_writes, fo_effects, tenure.task."""
+    """The final tables the failover checker reads: fo_writes, fo_effects, tenure.task,
+    fo_claim_writes."""
 
     writes: list[tuple[UUID, int, int]]
     effects: list[tuple[UUID, int]]
     tasks: list[tuple[UUID, str, int]]
+    claim_writes: list[tuple[UUID, str, int, int]]
 
 
 def fleet_log() -> tuple[ClientLog, Tables]:
-    """A clean run: e0 primary in term 1, then e1 in term 2; two tasks completed; and the
-    final tables that match it."""
+    """A clean run: e0 primary in term 1, then e1 in term 2; two tasks completed; key k0
+    held by claimer CL0 in epoch 1, then by CL1 in epoch 2 (after CL0's safe window), k1 by
+    CL1 throughout, each with a fenced write; and the final tables that match it."""
     log = ClientLog()
     log.add("elected", "e0", 1, 10.0)
     log.add("demoted", "e0", 12.0)
@@ -64,16 +68,29 @@ def fleet_log() -> tuple[ClientLog, Tables]:
     log.add("outcomes", TASK_A, 1, "complete")
     log.add("outcomes", TASK_B, 2, "complete")
     log.enqueued_tasks([TASK_A, TASK_B])
+    log.add("claims", CL0, "k0", 1, 10.0, 12.5)  # its safe window ended at 12.5
+    log.add("claims", CL1, "k0", 2, 14.0, 20.0)
+    log.add("claims", CL1, "k1", 1, 10.0, 20.0)
+    log.add("claim_writes", CL0, "k0", 1, 0)
+    log.add("claim_writes", CL1, "k0", 2, 0)
+    log.add("claim_writes", CL1, "k1", 1, 1)
     tables = Tables(
         writes=[(E0, 1, 0), (E1, 2, 1)],
         effects=[(TASK_A, 1), (TASK_B, 2)],
         tasks=[(TASK_A, "done", 1), (TASK_B, "done", 2)],
+        claim_writes=[(CL0, "k0", 1, 0), (CL1, "k0", 2, 0), (CL1, "k1", 1, 1)],
     )
     return log, tables
 
 
 def failover_problems(log: ClientLog, tables: Tables) -> list[str]:
-    return check_records(log, writes=tables.writes, effects=tables.effects, tasks=tables.tasks)
+    return check_records(
+        log,
+        writes=tables.writes,
+        effects=tables.effects,
+        tasks=tables.tasks,
+        claim_writes=tables.claim_writes,
+    )
 
 
 def test_the_failover_checker_passes_a_clean_run() -> None:
@@ -130,21 +147,46 @@ def test_the_failover_checker_reports_a_task_leased_twice_in_one_epoch_and_a_los
     assert reported(problems, "1 acknowledged enqueued tasks lost")
 
 
+def test_the_failover_checker_reports_a_key_held_by_two_claimers_at_once() -> None:
+    log, tables = fleet_log()
+    log.claims[0] = (CL0, "k0", 1, 10.0, 14.2)  # CL0 believed it held k0 past CL1's grant at 14.0
+    assert reported(failover_problems(log, tables), "a key held by two instances at once, 1 times", "k0")
+
+
+def test_the_failover_checker_reports_a_claim_epoch_granted_twice() -> None:
+    log, tables = fleet_log()
+    log.add("claims", CL0, "k1", 1, 21.0, 22.0)  # after CL1's span, but in CL1's epoch
+    assert reported(failover_problems(log, tables), "1 (key, epoch) pairs granted to two instances", "k1")
+
+
+def test_the_failover_checker_reports_a_lost_claim_fenced_write() -> None:
+    log, tables = fleet_log()
+    tables.claim_writes.remove((CL1, "k0", 2, 0))
+    assert reported(failover_problems(log, tables), "1 acknowledged claim-fenced writes lost")
+
+
+def test_the_failover_checker_reports_a_write_under_a_claim_never_granted() -> None:
+    log, tables = fleet_log()
+    tables.claim_writes.append((CL0, "k1", 1, 5))  # CL0 never held k1 (unacknowledged, so not logged)
+    assert reported(failover_problems(log, tables), "1 claim-fenced writes in a (key, epoch) their writer")
+
+
+def test_the_failover_checker_reports_a_run_without_any_claim_fenced_write() -> None:
+    log, tables = fleet_log()
+    log.claim_writes.clear()
+    assert reported(failover_problems(log, tables), "the claimers made no fenced write")
+
+
 def test_a_client_log_reads_back_what_it_wrote() -> None:
     log, _ = fleet_log()
     sink = io.StringIO()
     written = ClientLog(sink=sink)
-    for kind in ("elected", "demoted", "writes", "leases", "outcomes"):
+    kinds = ("elected", "demoted", "writes", "leases", "outcomes", "claims", "claim_writes")
+    for kind in kinds:
         for record in getattr(log, kind):
             written.add(kind, *record)
     read = ClientLog.read(["started", *sink.getvalue().splitlines(), "stopped"])
-    assert (read.elected, read.demoted, read.writes, read.leases, read.outcomes) == (
-        log.elected,
-        log.demoted,
-        log.writes,
-        log.leases,
-        log.outcomes,
-    )
+    assert [getattr(read, kind) for kind in kinds] == [getattr(log, kind) for kind in kinds]
 
 
 # -- claims: the claim log against the fenced work -----------------------------------------

@@ -1,6 +1,6 @@
 """The failover part of ``tenure demo``, run once: a real 3-node Patroni cluster switches
 over, loses its primary node to SIGKILL and has the next one frozen, under electors and
-task workers running as processes; every check of the part holds and its picture is
+task workers and claimers running as processes; every check of the part holds and its picture is
 written."""
 
 from __future__ import annotations
@@ -32,5 +32,7 @@ def test_the_database_fails_over_under_the_services() -> None:
         r"all (\d+) acknowledged fenced writes and all (\d+) acknowledged task outcomes", text
     )
     assert checked is not None and int(checked[1]) > 0 and int(checked[2]) > 0, text
+    claimed = re.search(r"all (\d+) acknowledged claim-fenced writes are there", text)
+    assert claimed is not None and int(claimed[1]) > 0, text
     assert is_png(workdir / "failover.png")
     shutil.rmtree(workdir)  # kept when the test fails

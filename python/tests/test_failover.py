@@ -3,16 +3,19 @@
 Three nodes (etcd v2, ``synchronous_mode`` and ``synchronous_mode_strict``), n2's
 clock 2 s ahead and n3's 2 s behind (libfaketime), the application role with
 ``synchronous_commit = off``. A fleet of three electors (each doing fenced writes
-while it believes it is primary) and two task workers runs through a multi-host
+while it believes it is primary), two task workers and two claimers (sharing six
+keys, each doing fenced writes on the keys it holds) runs through a multi-host
 conninfo with ``target_session_attrs=read-write`` while the database: switches
 over, loses its primary to SIGKILL, has its primary frozen past Patroni's ttl, and
 loses its primary while the synchronous standby's walreceiver is stalled (with
 waits for it cancelled; the walreceiver then dies with what it had not read). After
 each, the clients' own logs of what they were told are checked against the final
 database: no term granted twice, no two instances believing they are primary at one
-instant, no (task, epoch) leased twice, no acknowledged fenced write or task outcome
-lost (and outcomes were acknowledged), every task done exactly once, and a primary
-again within a bound after the database is writable. The fleet and the checks
+instant, no (task, epoch) leased twice, no key held by two claimers at one instant
+(their safe windows included) nor granted twice in one epoch, no acknowledged fenced
+write (by term or by claim) or task outcome lost (and outcomes were acknowledged),
+every task done exactly once, and a primary again within a bound after the database
+is writable. The fleet and the checks
 are tenure.testing.failover's, which the failover part of ``tenure demo`` runs too.
 """
 
@@ -60,7 +63,7 @@ def run_scenario(cluster: PatroniCluster, fault: Callable[[], float], *, tasks: 
     cluster.wait_ready(120)
     log = ClientLog()
     with cluster.connect(None, DB) as admin:
-        admin.execute("TRUNCATE fo_writes, fo_effects")
+        admin.execute("TRUNCATE fo_writes, fo_effects, fo_claim_writes")
         admin.execute("DELETE FROM tenure.task")
         enqueued = Driver(admin).task_enqueue_many([{"kind": KIND} for _ in range(tasks)])
         log.enqueued_tasks(row.id for row in enqueued)

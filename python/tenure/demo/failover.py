@@ -4,7 +4,8 @@ A 3-node Patroni cluster (etcd v2, ``synchronous_mode_strict``, the harness of
 ``tenure.testing.patroni``) holds the database. The fleet of ``tenure.testing.failover``
 runs as separate processes through a multi-host conninfo with
 ``target_session_attrs=read-write``: three electors that make fenced writes while they
-believe they are primary, and two task workers draining a stream of tasks, all as a
+believe they are primary, two task workers draining a stream of tasks, and two
+claimers sharing six keys and making fenced writes on the keys they hold, all as a
 role with ``synchronous_commit = off``. The database switches over, then its primary
 node is SIGKILLed, then the next primary node is frozen (SIGSTOP) past Patroni's ttl and
 thawed once another node took over. At the end the clients' own logs of what they were told are checked
@@ -34,6 +35,7 @@ from tenure.testing.child import ChildProcess
 from tenure.testing.failover import (
     APP,
     INTERVAL,
+    KEYS,
     SETUP,
     TAKEOVER_BOUND,
     TIMEOUT,
@@ -46,7 +48,7 @@ from tenure.testing.failover import (
 from tenure.testing.patroni import BINARIES, PatroniCluster
 
 DB = "tenure_failover"
-ELECTORS, WORKERS = ("e0", "e1", "e2"), ("w0", "w1")
+ELECTORS, WORKERS, CLAIMERS = ("e0", "e1", "e2"), ("w0", "w1"), ("c0", "c1")
 RUN = 4.0  # seconds of work before, between and after the failovers
 FROZEN = 3.0  # seconds the frozen primary stays frozen after another took over
 
@@ -132,7 +134,7 @@ class NodeWatch:
 
 
 class FleetProcess(ChildProcess):
-    """One elector or task worker of the fleet (``python -m tenure.testing.failover``)."""
+    """One elector, task worker or claimer of the fleet (``python -m tenure.testing.failover``)."""
 
     def __init__(self, conninfo: str, role: str, name: str, workdir: Path) -> None:
         super().__init__(
@@ -181,7 +183,8 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
     conninfo = cluster.conninfo(DB, user=APP)
     print(
         f"  processes: electors {', '.join(ELECTORS)} (I = {INTERVAL} s, T = {TIMEOUT} s) making "
-        f"fenced writes while primary, task workers {', '.join(WORKERS)} draining a stream of tasks; "
+        f"fenced writes while primary, task workers {', '.join(WORKERS)} draining a stream of tasks, "
+        f"claimers {', '.join(CLAIMERS)} sharing {len(KEYS)} keys with fenced writes on those they hold; "
         f"as {APP}, whose synchronous_commit is off, through every node with target_session_attrs=read-write",
         file=out,
     )
@@ -192,6 +195,7 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
     )
     fleet = [FleetProcess(conninfo, "elector", name, workdir) for name in ELECTORS]
     fleet += [FleetProcess(conninfo, "worker", name, workdir) for name in WORKERS]
+    fleet += [FleetProcess(conninfo, "claimer", name, workdir) for name in CLAIMERS]
 
     def client_log() -> ClientLog:
         log = ClientLog.read(line for process in fleet for line in process.output().splitlines())
@@ -293,7 +297,9 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
             f"of primacy (terms {terms}), "
             f"none granted twice, never two believed primaries at once; {len(log.leases)} leases, no "
             f"(task, epoch) twice; all {len(log.writes)} acknowledged fenced writes and "
-            f"all {len(log.outcomes)} acknowledged task outcomes are there; every task done exactly once",
+            f"all {len(log.outcomes)} acknowledged task outcomes are there; every task done exactly once; "
+            f"{len(log.claims)} claims of keys, no key held by two claimers at once nor granted twice in "
+            f"one epoch; all {len(log.claim_writes)} acknowledged claim-fenced writes are there",
             file=out,
         )
     picture = _picture(workdir / "failover.png", watch, log, failovers, (started, ended), cluster.ttl, out)

@@ -2,21 +2,26 @@
 
 The fleet: electors of one service type, each doing fenced writes (``heartbeat_fence``
 and a row in ``fo_writes``, in one durable transaction) while it believes it is
-primary, and task workers whose every step writes a row to ``fo_effects`` with the
-task's transition. Each client logs, in a :class:`ClientLog`, only what the database
+primary, task workers whose every step writes a row to ``fo_effects`` with the
+task's transition, and claimers sharing the keys of one keyspace, each doing fenced
+writes on the keys it holds (``claim_fence`` and a row in ``fo_claim_writes``, in one
+durable transaction). Each client logs, in a :class:`ClientLog`, only what the database
 acknowledged: the terms it was granted and when it stepped down (on the monotonic
-clock, which every process of the machine shares), the fenced writes and task
+clock, which every process of the machine shares), each key it held and from when to
+when (up to the end of its safe window at the latest), the fenced writes and task
 outcomes whose commit was confirmed, the leases it was handed.
 
 :func:`check` compares that log with the final database, because a lost commit
 leaves the final tables perfectly consistent: no term granted twice, no two
 instances believing they are primary at one instant, no (task, epoch) leased twice,
-no acknowledged write, outcome or enqueued task lost, every task done exactly once.
+no key held by two instances at one instant nor granted twice in one epoch, no
+acknowledged write (fenced by a term or by a claim), outcome or enqueued task lost,
+every task done exactly once.
 :class:`Timing` holds what a failover cost and whether a primary came back within
 :data:`TAKEOVER_BOUND` after the database was writable again.
 
 test_failover runs a :class:`Fleet` in threads; the failover demo runs each client as
-a process (``python -m tenure.testing.failover --db CONNINFO --elector e0``) that writes
+a process (``python -m tenure.testing.failover --db CONNINFO --elector e0 --claimer c0``) that writes
 its log as JSON lines to stdout, read back with :meth:`ClientLog.read`.
 """
 
@@ -35,13 +40,14 @@ from typing import IO, Any, TypeVar
 
 import psycopg
 
-from tenure import Complete, Driver, Elector, Outcome, Task, TaskWorker, TenureError
+from tenure import Claimer, Complete, Driver, Elector, Outcome, Task, TaskWorker, TenureError
 from tenure.connect import Deadlines, connect, durable_transaction
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.testing import procs
 
 UTYPE, INTERVAL, TIMEOUT = "fo", 0.5, 2.0
 KIND, LEASE = "fo", 3.0
+KEYSPACE, KEYS, CYCLE, EXPIRY = "fo", tuple(f"k{n}" for n in range(6)), 0.5, 2.0
 APP = "fo_app"
 # A new primary renews within I once it reaches the new server; reaching it may cost a
 # connect timeout (2 s) per host that does not answer; the old primary's entry, if it
@@ -56,7 +62,11 @@ CREATE ROLE {APP} LOGIN IN ROLE tenure_worker;
 ALTER ROLE {APP} SET synchronous_commit = off;
 CREATE TABLE fo_writes (instance_id uuid, term bigint, seq int, PRIMARY KEY (instance_id, term, seq));
 CREATE TABLE fo_effects (task_id uuid, epoch bigint);
-GRANT INSERT, SELECT ON fo_writes, fo_effects TO {APP};
+CREATE TABLE fo_claim_writes (
+    instance_id uuid, key text, epoch bigint, seq int, PRIMARY KEY (instance_id, seq)
+);
+GRANT INSERT, SELECT ON fo_writes, fo_effects, fo_claim_writes TO {APP};
+SELECT tenure.claim_register('{KEYSPACE}', ARRAY[{", ".join(f"'{key}'" for key in KEYS)}]);
 """
 
 # how each kind of record is read back from JSON
@@ -66,6 +76,8 @@ _FIELDS: dict[str, tuple[Callable[[Any], Any], ...]] = {
     "writes": (uuid.UUID, int, int),  # acknowledged fenced write: instance, term, seq
     "leases": (uuid.UUID, int, uuid.UUID),  # task, epoch, owner
     "outcomes": (uuid.UUID, int, str),  # acknowledged outcome: task, epoch, kind ("complete", ...)
+    "claims": (uuid.UUID, str, int, float, float),  # instance, key, epoch, held from, until (monotonic)
+    "claim_writes": (uuid.UUID, str, int, int),  # acknowledged fenced write: instance, key, epoch, seq
 }
 
 
@@ -80,6 +92,8 @@ class ClientLog:
     writes: list[tuple[uuid.UUID, int, int]] = field(default_factory=list)
     leases: list[tuple[uuid.UUID, int, uuid.UUID]] = field(default_factory=list)
     outcomes: list[tuple[uuid.UUID, int, str]] = field(default_factory=list)
+    claims: list[tuple[uuid.UUID, str, int, float, float]] = field(default_factory=list)
+    claim_writes: list[tuple[uuid.UUID, str, int, int]] = field(default_factory=list)
     enqueued: list[uuid.UUID] = field(default_factory=list)
     sink: IO[str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -174,6 +188,70 @@ def fenced_writes(elector: Elector, conninfo: str, log: ClientLog, stopping: thr
     session.close()
 
 
+class AckingClaimer(Claimer):
+    """A claimer that logs each span in which it believed it held a key: from just before
+    the answer that granted it was taken up to when it was given up, which is the end of
+    its safe window at the latest (``held()`` is empty from then on)."""
+
+    def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
+        self._since: dict[str, tuple[int, float]] = {}
+        self._answered = self._window_end = 0.0
+        super().__init__(
+            conninfo,
+            KEYSPACE,
+            cycle=CYCLE,
+            expiry=EXPIRY,
+            name=name,
+            on_gained=self._gained,
+            on_lost=self._lost,
+        )
+        self.log = log
+
+    def _update(self, held: dict[str, int], deadline: float, *, reason: str) -> None:
+        self._answered, self._window_end = time.monotonic(), self._deadline
+        super()._update(held, deadline, reason=reason)
+
+    def _expire(self) -> None:
+        self._window_end = self._deadline
+        super()._expire()
+
+    def _gained(self, keys: dict[str, int]) -> None:
+        for key, epoch in keys.items():
+            self._since[key] = (epoch, self._answered)
+
+    def _lost(self, keys: dict[str, int]) -> None:
+        until = min(time.monotonic(), self._window_end)
+        for key in keys:
+            since = self._since.pop(key, None)
+            if since is not None:
+                self.log.add("claims", self.instance_id, key, since[0], since[1], until)
+
+
+def claim_writes(claimer: Claimer, conninfo: str, log: ClientLog, stopping: threading.Event) -> None:
+    """Fenced writes on the keys ``claimer`` holds, one key after another; logged once their
+    commit is confirmed."""
+    session = Session(conninfo, f"fo claim writer {claimer.name}")
+    for seq in itertools.count():
+        if stopping.wait(0.02):
+            break
+        held = claimer.held()
+        if not held:
+            continue
+        key = sorted(held)[seq % len(held)]
+
+        def write(db: psycopg.Connection[Any], key: str = key, epoch: int = held[key], seq: int = seq) -> int:
+            Driver(db).claim_fence(KEYSPACE, claimer.instance_id, key, epoch)
+            db.execute(
+                "INSERT INTO fo_claim_writes VALUES (%s, %s, %s, %s)", (claimer.instance_id, key, epoch, seq)
+            )
+            return epoch
+
+        epoch = session.run(write)
+        if epoch is not None:
+            log.add("claim_writes", claimer.instance_id, key, epoch, seq)
+    session.close()
+
+
 def enqueue_stream(
     conninfo: str, log: ClientLog, stopping: threading.Event, *, batch: int, every: float
 ) -> None:
@@ -217,15 +295,17 @@ class AckingWorker(TaskWorker):
 
 @dataclass
 class Fleet:
-    """Electors (each with a fenced writer thread) and task workers in this process."""
+    """Electors and claimers (each with a fenced writer thread) and task workers in this process."""
 
     conninfo: str
     log: ClientLog
     electors: Sequence[str] = ("e0", "e1", "e2")
     workers: Sequence[str] = ("w0", "w1")
+    claimers: Sequence[str] = ("c0", "c1")
     stopping: threading.Event = field(default_factory=threading.Event)
     _electors: list[Elector] = field(default_factory=list)
     _workers: list[TaskWorker] = field(default_factory=list)
+    _claimers: list[Claimer] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> Fleet:
@@ -247,6 +327,14 @@ class Fleet:
             self._threads.append(thread)
         for name in self.workers:
             self._workers.append(AckingWorker(self.conninfo, self.log, name).start())
+        for name in self.claimers:
+            claimer = AckingClaimer(self.conninfo, self.log, name)
+            self._claimers.append(claimer.start())
+            thread = threading.Thread(
+                target=claim_writes, args=(claimer, self.conninfo, self.log, self.stopping), daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def _on_elected(self, name: str) -> Callable[[int], None]:
@@ -261,6 +349,8 @@ class Fleet:
             thread.join()
         for worker in self._workers:
             worker.stop()
+        for claimer in self._claimers:
+            claimer.stop()
         for elector in self._electors:
             elector.stop()
 
@@ -275,6 +365,7 @@ def check(log: ClientLog, admin: psycopg.Connection[Any]) -> list[str]:
         writes=admin.execute("SELECT instance_id, term, seq FROM fo_writes").fetchall(),
         effects=admin.execute("SELECT task_id, epoch FROM fo_effects").fetchall(),
         tasks=admin.execute("SELECT id, status, epoch FROM tenure.task").fetchall(),
+        claim_writes=admin.execute("SELECT instance_id, key, epoch, seq FROM fo_claim_writes").fetchall(),
     )
 
 
@@ -284,10 +375,12 @@ def check_records(
     writes: Iterable[tuple[uuid.UUID, int, int]],
     effects: Sequence[tuple[uuid.UUID, int]],
     tasks: Iterable[tuple[uuid.UUID, str, int]],
+    claim_writes: Iterable[tuple[uuid.UUID, str, int, int]],
 ) -> list[str]:
     """The clients' log against the final tables: ``writes`` (fo_writes: instance, term,
-    seq), ``effects`` (fo_effects: task, epoch) and ``tasks`` (tenure.task: id, status,
-    epoch); the violations found."""
+    seq), ``effects`` (fo_effects: task, epoch), ``tasks`` (tenure.task: id, status,
+    epoch) and ``claim_writes`` (fo_claim_writes: instance, key, epoch, seq); the
+    violations found."""
     problems = []
     granted: dict[int, set[str]] = {}
     for name, term, _ in log.elected:
@@ -325,6 +418,45 @@ def check_records(
         problems.append("the primaries made no fenced write")
     if final and not log.outcomes:
         problems.append(f"no acknowledged task outcome to check, though {len(final)} tasks exist")
+    return problems + _claim_problems(log, set(claim_writes))
+
+
+def _claim_problems(log: ClientLog, claim_writes: set[tuple[uuid.UUID, str, int, int]]) -> list[str]:
+    """The claimers' spans and acknowledged writes against the final fo_claim_writes: no
+    (key, epoch) granted to two instances, no key believed held by two instances at one
+    instant (monotonic clock), no acknowledged write lost, no write under a claim its
+    writer was never granted."""
+    problems = []
+    granted: dict[tuple[str, int], set[uuid.UUID]] = {}
+    for instance, key, epoch, _, _ in log.claims:
+        granted.setdefault((key, epoch), set()).add(instance)
+    twice = sorted(pair for pair, holders in granted.items() if len(holders) > 1)
+    if twice:
+        problems.append(f"{len(twice)} (key, epoch) pairs granted to two instances, e.g. {twice[:3]}")
+    overlaps = []
+    for key in sorted({key for _, key, *_ in log.claims}):
+        spans = sorted(
+            (start, end, instance, epoch) for instance, k, epoch, start, end in log.claims if k == key
+        )
+        for n, (start, _, instance, epoch) in enumerate(spans):
+            for _, end, other, other_epoch in spans[:n]:
+                if other != instance and start < end:
+                    overlaps.append(
+                        f"{key} held in epoch {epoch} from {start:.3f} while held in epoch {other_epoch} "
+                        f"until {end:.3f}"
+                    )
+    if overlaps:
+        problems.append(f"a key held by two instances at once, {len(overlaps)} times: {overlaps[:3]}")
+    lost = set(log.claim_writes) - claim_writes
+    if lost:
+        problems.append(f"{len(lost)} acknowledged claim-fenced writes lost")
+    ungranted = {(i, k, e) for i, k, e, _ in claim_writes} - {(i, k, e) for i, k, e, *_ in log.claims}
+    if ungranted:
+        problems.append(
+            f"{len(ungranted)} claim-fenced writes in a (key, epoch) their writer was never granted"
+        )
+    if not log.claim_writes:
+        problems.append("the claimers made no fenced write")
     return problems
 
 
@@ -385,9 +517,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", required=True, help="conninfo (multi-host, target_session_attrs=read-write)")
     parser.add_argument("--elector", action="append", default=[], help="run an elector of this name")
     parser.add_argument("--worker", action="append", default=[], help="run a task worker of this name")
+    parser.add_argument("--claimer", action="append", default=[], help="run a claimer of this name")
     args = parser.parse_args(argv)
     procs.die_with_parent()  # SIGTERM: stop cleanly, also when the demo itself was killed
-    fleet = Fleet(args.db, ClientLog(sink=sys.stdout), electors=args.elector, workers=args.worker).start()
+    fleet = Fleet(
+        args.db,
+        ClientLog(sink=sys.stdout),
+        electors=args.elector,
+        workers=args.worker,
+        claimers=args.claimer,
+    ).start()
     print("started", flush=True)
     wait_for_shutdown()
     fleet.stop()
