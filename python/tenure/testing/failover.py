@@ -208,11 +208,14 @@ class AckingClaimer(Claimer):
         self.log = log
 
     def _update(self, held: dict[str, int], deadline: float, *, reason: str) -> None:
-        self._answered, self._window_end = time.monotonic(), self._deadline
+        with self._state:
+            self._answered, self._window_end = time.monotonic(), self._deadline
         super()._update(held, deadline, reason=reason)
 
     def _expire(self) -> None:
-        self._window_end = self._deadline
+        with self._state:  # not a window an answer just renewed, whose keys another _update gives up
+            if time.monotonic() >= self._deadline:
+                self._window_end = self._deadline
         super()._expire()
 
     def _gained(self, keys: dict[str, int]) -> None:
