@@ -323,22 +323,22 @@ class Fleet:
                 on_demoted=self._on_demoted(name),
             )
             self._electors.append(elector.start())
-            thread = threading.Thread(
-                target=fenced_writes, args=(elector, self.conninfo, self.log, self.stopping), daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._write_under(fenced_writes, elector)
         for name in self.workers:
             self._workers.append(AckingWorker(self.conninfo, self.log, name).start())
         for name in self.claimers:
             claimer = AckingClaimer(self.conninfo, self.log, name)
             self._claimers.append(claimer.start())
-            thread = threading.Thread(
-                target=claim_writes, args=(claimer, self.conninfo, self.log, self.stopping), daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._write_under(claim_writes, claimer)
         return self
+
+    def _write_under(self, writes: Callable[[R, str, ClientLog, threading.Event], None], runtime: R) -> None:
+        """Run ``writes`` (fenced writes under what ``runtime`` holds) in a thread until stop()."""
+        thread = threading.Thread(
+            target=writes, args=(runtime, self.conninfo, self.log, self.stopping), daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
 
     def _on_elected(self, name: str) -> Callable[[int], None]:
         return lambda term: self.log.add("elected", name, term, time.monotonic())
