@@ -102,7 +102,14 @@ def test_failover_behind_haproxy(
                         admin.execute("SELECT pg_terminate_backend(%s)", (holder.pid,))
                     else:
                         active.signal(signal.SIGSTOP)
-                    success = client.wait_success_after(at, other_than=active.replica)
+                    try:
+                        success = client.wait_success_after(at, other_than=active.replica)
+                    except TimeoutError as timeout:
+                        tails = {r.replica: r.output().splitlines()[-8:] for r in replicas}
+                        raise AssertionError(
+                            f"round {round + 1}, {fault} of {active.replica}: {timeout}; the replicas' "
+                            f"last lines: {json.dumps(tails, indent=1)}"
+                        ) from None
                     failed = client.failed_between(at, success.done)
                     figures.append(
                         f"round {round + 1} {fault}: {failed} failed requests, "
