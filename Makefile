@@ -6,7 +6,8 @@
 #             about 4 minutes on 2 cores, installs included
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 #             (about 31 minutes on 2 cores)
-# make fuzz   the contract fuzz campaign at full size (12,000 random calls; make test runs 3,000)
+# make fuzz   the contract fuzz campaign and the batch model test at full size (12,000 random
+#             calls, 1,000 model runs; make test runs 3,000 and 300)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
@@ -42,10 +43,12 @@ demo: deps
 bench: deps peers
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
 
-# the contract fuzz campaign at full size (make test runs 3,000 random calls)
+# the contract fuzz campaign and the batch queue's model test at full size (make test runs
+# 3,000 random calls and 300 model runs)
 FUZZ_EXAMPLES ?= 12000
+MODEL_EXAMPLES ?= 1000
 fuzz: deps
-	scripts/with-cluster.sh bash -c 'cd python && TENURE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ../.venv/bin/pytest tests/test_contract_fuzz.py'
+	scripts/with-cluster.sh bash -c 'cd python && TENURE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TENURE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) ../.venv/bin/pytest tests/test_contract_fuzz.py tests/test_batch_model.py'
 
 # docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
 docs: deps
