@@ -2,8 +2,12 @@
 
 Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (service
 type NAME, I = 0.5 s, T = 2 s), ``maintainer`` (the same elector, ticking every 0.5 s),
-``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s) or ``replica`` (sync only: interval
-0.5 s, idle timeout 1.5 s), FLAVOUR ``sync`` or ``async``; each has a safe window of 1.5 s.
+``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), ``replica`` (sync only: interval
+0.5 s, idle timeout 1.5 s), ``tasks`` (a task worker of kind NAME, lease 4.5 s, shutdown
+grace 3 s, whose one processor runs until its task is lost) or ``queue`` (a submission pool
+of keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR ``sync`` or ``async``; each has a safe
+window of 1.5 s, but the task worker's is 3 s: longer than its release bound on stop (2 s). For ``tasks``, ``gained`` and ``lost`` are the processor's start and its
+task found lost (``task.lost`` set, or the async processor cancelled).
 It logs JSON lines to LOG, each with ``at`` on the monotonic clock, which every process of
 the machine shares: ``window`` (the end of the safe window after each renewal), ``gained``,
 ``lost`` (the callbacks), ``stopping`` (SIGTERM handled) and ``stopped``
@@ -21,13 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenure import Claimer, Elector, Maintainer, ReplicaManager
-from tenure.aio import AsyncClaimer, AsyncElector, AsyncMaintainer
+from tenure import Claimer, Elector, Maintainer, ReplicaManager, SubmissionPool, Task, TaskWorker
+from tenure.aio import AsyncClaimer, AsyncElector, AsyncMaintainer, AsyncSubmissionPool, AsyncTaskWorker
 
 PERIOD, EXPIRY = 0.5, 2.0
+LEASE, SHUTDOWN_GRACE = 4.5, 3.0  # a task's safe window: 2/3 of the lease, 3 s
 
 Note = Callable[..., None]
-Runtime = Elector | Claimer | Maintainer | ReplicaManager | AsyncElector | AsyncClaimer | AsyncMaintainer
+Threaded = Elector | Claimer | Maintainer | ReplicaManager | TaskWorker | SubmissionPool
+Async = AsyncElector | AsyncClaimer | AsyncMaintainer | AsyncTaskWorker | AsyncSubmissionPool
+Runtime = Threaded | Async
 
 
 def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
@@ -39,8 +46,9 @@ def main(conninfo: str, name: str, path: str, kind: str, flavour: str) -> None:
                 log.write(json.dumps({"event": event, "at": time.monotonic(), **fields}) + "\n")
 
         runtime = make(conninfo, name, kind, flavour, note)
-        follow_windows(runtime, note)
-        if isinstance(runtime, Elector | Claimer | Maintainer | ReplicaManager):
+        if not isinstance(runtime, TaskWorker | AsyncTaskWorker):
+            follow_windows(runtime, note)
+        if isinstance(runtime, Threaded):
             run_threaded(runtime, note)
         else:
             asyncio.run(run_async(runtime, note))
@@ -65,6 +73,10 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
             on_active=gained,
             on_passive=lost,
         )
+    if kind == "tasks":
+        return task_worker(conninfo, name, flavour, note)
+    if kind == "queue":
+        return submission_pool(conninfo, name, flavour, gained, lost)
     if kind == "maintainer":
         maintainer = Maintainer if flavour == "sync" else AsyncMaintainer
         return maintainer(
@@ -74,8 +86,75 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
     return claimer(conninfo, name, cycle=PERIOD, expiry=EXPIRY, on_gained=gained, on_lost=lost)
 
 
+def task_worker(conninfo: str, kind: str, flavour: str, note: Note) -> TaskWorker | AsyncTaskWorker:
+    """A worker whose processor holds its task until it is lost; every lease extension
+    logs the end of the task's safe window."""
+    held: list[Task] = []
+
+    def window() -> None:
+        for task in held:
+            if not task.lost.is_set():
+                note("window", until=task.valid_until)
+
+    def started(task: Task) -> None:
+        held.append(task)
+        note("gained", what=str(task.id))
+        note("window", until=task.valid_until)
+
+    options: dict[str, Any] = {"lease": LEASE, "poll_interval": PERIOD, "shutdown_grace": SHUTDOWN_GRACE}
+    if flavour == "sync":
+
+        def hold(task: Task) -> Any:
+            started(task)
+            task.lost.wait()
+            note("lost", what=str(task.id))
+            return None  # discarded: the task is lost
+
+        worker: TaskWorker | AsyncTaskWorker = TaskWorker(conninfo, {kind: hold}, concurrency=1, **options)
+    else:
+
+        async def ahold(task: Task) -> Any:
+            started(task)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                note("lost", what=str(task.id))
+                raise
+
+        worker = AsyncTaskWorker(conninfo, {kind: ahold}, concurrency=1, **options)
+    worker.follow(window)
+    return worker
+
+
+def submission_pool(
+    conninfo: str, keyspace: str, flavour: str, gained: Note, lost: Note
+) -> SubmissionPool | AsyncSubmissionPool:
+    """A pool with nothing to submit: its selections and its monitor poll into the cut."""
+    options: dict[str, Any] = {"submitters": 2, "cycle": PERIOD, "expiry": EXPIRY, "poll_interval": PERIOD}
+    pool: SubmissionPool | AsyncSubmissionPool
+    if flavour == "sync":
+        pool = SubmissionPool(conninfo, keyspace, submit=lambda _: None, status=lambda _: None, **options)
+    else:
+        pool = AsyncSubmissionPool(conninfo, keyspace, submit=lambda _: None, status=lambda _: None, **options)
+    # The pool's claimer tells the pool; these tell the log too.
+    tell_pool = pool.claimer._on_lost
+
+    def on_lost(keys: Any) -> None:
+        lost(keys)
+        if tell_pool is not None:
+            tell_pool(keys)
+
+    pool.claimer._on_gained, pool.claimer._on_lost = gained, on_lost
+    return pool
+
+
 def follow_windows(runtime: Runtime, note: Note) -> None:
-    elector = runtime.elector if isinstance(runtime, Maintainer | AsyncMaintainer) else runtime
+    if isinstance(runtime, Maintainer | AsyncMaintainer):
+        elector: Any = runtime.elector
+    elif isinstance(runtime, SubmissionPool | AsyncSubmissionPool):
+        elector = runtime.claimer
+    else:
+        elector = runtime
 
     def window() -> None:
         if isinstance(elector, Elector | AsyncElector | ReplicaManager):
@@ -90,7 +169,7 @@ def follow_windows(runtime: Runtime, note: Note) -> None:
     elector.follow(window)
 
 
-def run_threaded(runtime: Elector | Claimer | Maintainer | ReplicaManager, note: Note) -> None:
+def run_threaded(runtime: Threaded, note: Note) -> None:
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     runtime.start()
@@ -101,7 +180,7 @@ def run_threaded(runtime: Elector | Claimer | Maintainer | ReplicaManager, note:
     note("stopped")
 
 
-async def run_async(runtime: AsyncElector | AsyncClaimer | AsyncMaintainer, note: Note) -> None:
+async def run_async(runtime: Async, note: Note) -> None:
     terminated = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated.set)
     await runtime.start()

@@ -348,6 +348,7 @@ class Submissions:
         # monitor must not ask the external system about these.
         self._unsubmitted: set[UUID] = set()
         self._stopping = False
+        self._in_submit = 0  # submit() calls in progress: stop() lets them return first
         self.submitted = 0
         self.skipped = 0
 
@@ -413,6 +414,15 @@ class Submissions:
         under (the database check follows when it still is)."""
         return self.claimer.epoch(batch.key) != batch.claim_epoch
 
+    def _may_submit(self) -> bool:
+        """Whether a submission may begin (never once stop() began); it counts as in progress
+        until :meth:`_submitted`."""
+        with self._order_changed:
+            if self._stopping:
+                return False
+            self._in_submit += 1
+            return True
+
     def _skip(self) -> None:
         """Left pending for the key's next holder."""
         with self._order_changed:
@@ -428,6 +438,7 @@ class Submissions:
         # Only now may the monitor ask about it: asked before it reached the external
         # system, it would read as lost (unknown) and go again.
         with self._order_changed:
+            self._in_submit -= 1
             self._unsubmitted.discard(batch.id)
             self.submitted += 1
             self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
@@ -454,12 +465,12 @@ class Submissions:
             self._poke()
 
     def _stop_waiting(self) -> None:
-        """Stop: every wait of the submitters and the monitor ends now."""
-        self._stopping = True
+        """Stop: every wait of the submitters and the monitor ends now, no submission begins."""
+        with self._order_changed:
+            self._stopping = True
+            self._order_changed.notify_all()
         self._wake.set()
         self._resolve_soon.set()
-        with self._order_changed:
-            self._order_changed.notify_all()
 
     # -- monitor ------------------------------------------------------------------------
 
@@ -589,13 +600,24 @@ class SubmissionPool(Submissions, Runtime):
         return self
 
     def stop(self) -> None:
+        """Let the submissions in progress finish, stop, and release the claims.
+
+        Once the ``submit`` calls in progress returned, it takes at most the claimer's safe
+        window (expiry - cycle), even while the database is away: the claimer stops within it
+        (see :meth:`Claimer.stop`), and a thread still waiting for the database then is left
+        to end by itself (its pooled connection is closed when it comes back).
+        """
         self._stop_waiting()
         self._listening.set()
+        with self._order_changed:
+            while self._in_submit:
+                self._order_changed.wait(0.1)
+        end = time.monotonic() + self.claimer.safe_window
+        self.claimer.stop(grace=self.claimer.safe_window)
         for thread in self._threads:
-            thread.join()
+            thread.join(max(0.0, end - time.monotonic()))
         self._threads.clear()
-        self.claimer.stop()
-        self.pool.close()
+        self.pool.close(timeout=max(0.0, end - time.monotonic()))
 
     def _submitter(self) -> None:
         while not self._stopping:
@@ -621,6 +643,8 @@ class SubmissionPool(Submissions, Runtime):
             return
         if self._fenced_locally(batch) or not self._check.held(batch.key, batch.claim_epoch):
             self._skip()
+            return
+        if not self._may_submit():
             return
         try:
             self.submit(batch)
@@ -727,6 +751,7 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self._resolve_soon = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
+        self._left_running: set[asyncio.Task[None]] = set()  # by stop(): referenced until they end
 
     async def start(self) -> Self:
         await acheck_start(self.conninfo, **self._start_options())
@@ -749,19 +774,33 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         return self
 
     async def stop(self) -> None:
-        """Let the submissions in progress finish, stop, and release the claims."""
+        """Let the submissions in progress finish, stop, and release the claims, within the
+        bound of :meth:`SubmissionPool.stop`: a task still waiting for the database at the
+        end is left to end by itself."""
         self._stop_waiting()
         if self._listener is not None:
             self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
-            self._listener = None
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for task, result in zip(self._tasks, results, strict=True):
-            if isinstance(result, Exception):  # as a thread that died would have printed it
-                log.error("%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=result)
+        while True:
+            with self._order_changed:
+                if not self._in_submit:
+                    break
+            await self._order_changed.wait(0.1)
+        end = time.monotonic() + self.claimer.safe_window
+        await self.claimer.stop(grace=self.claimer.safe_window)
+        # Never cancelled: psycopg would wait for a cancel request the server cannot get.
+        tasks = [*self._tasks, *([self._listener] if self._listener is not None else [])]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                # as a thread that died would have printed it
+                log.error("%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=task.exception())
+        self._left_running |= {task for task in tasks if not task.done()}
+        for task in self._left_running:
+            task.add_done_callback(self._left_running.discard)
         self._tasks.clear()
-        await self.claimer.stop()
-        await self.pool.close()
+        self._listener = None
+        await self.pool.close(timeout=max(0.0, end - time.monotonic()))
 
     async def _submitter(self) -> None:
         while not self._stopping:
@@ -789,6 +828,8 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
             return
         if self._fenced_locally(batch) or not await self._check.held(batch.key, batch.claim_epoch):
             self._skip()
+            return
+        if not self._may_submit():
             return
         try:
             await _resolved(self.submit(batch))

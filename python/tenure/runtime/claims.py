@@ -173,9 +173,10 @@ class Claimer(ClaimLogic, CycleLoop):
                 lambda: condition(self.held()), self._state.wait, timeout, look_every=self._until_unheld
             )
 
-    def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
-        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
-        super().stop(leave=release)
+    def stop(self, *, release: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
+        """Stop the cycle; with ``release``, give every claim back and leave the keyspace
+        (within ``grace`` seconds, default the safe window: see :meth:`CycleLoop.stop`)."""
+        super().stop(leave=release, grace=grace)
 
 
 class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
@@ -234,6 +235,7 @@ class AsyncClaimer(ClaimLogic, AsyncCycleLoop):
         ):
             yield epoch
 
-    async def stop(self, *, release: bool = True) -> None:  # type: ignore[override]
-        """Stop the cycle; with ``release``, give every claim back and leave the keyspace."""
-        await super().stop(leave=release)
+    async def stop(self, *, release: bool = True, grace: float | None = None) -> None:  # type: ignore[override]
+        """Stop the cycle; with ``release``, give every claim back and leave the keyspace
+        (within ``grace`` seconds, default the safe window: see :meth:`CycleLoop.stop`)."""
+        await super().stop(leave=release, grace=grace)
