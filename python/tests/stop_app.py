@@ -4,10 +4,12 @@ Run as ``python stop_app.py CONNINFO NAME LOG KIND FLAVOUR``: KIND ``elector`` (
 type NAME, I = 0.5 s, T = 2 s), ``maintainer`` (the same elector, ticking every 0.5 s),
 ``claimer`` (keyspace NAME, cycle 0.5 s, expiry 2 s), ``replica`` (sync only: interval
 0.5 s, idle timeout 1.5 s), ``tasks`` (a task worker of kind NAME, lease 4.5 s, shutdown
-grace 3 s, whose one processor runs until its task is lost) or ``queue`` (a submission pool
+grace 3 s, whose one processor runs until its task is lost), ``release`` (the same with a
+shutdown grace of 0.5 s: its task is released on stop, into the cut) or ``queue`` (a submission pool
 of keyspace NAME, cycle 0.5 s, expiry 2 s), FLAVOUR ``sync`` or ``async``; each has a safe
-window of 1.5 s, but the task worker's is 3 s: longer than its release bound on stop (2 s). For ``tasks``, ``gained`` and ``lost`` are the processor's start and its
-task found lost (``task.lost`` set, or the async processor cancelled).
+window of 1.5 s, but the task worker's is 3 s: longer than its release bound on stop (2 s).
+For ``tasks`` and ``release``, ``gained`` and ``lost`` are the processor's start and its task found lost
+(``task.lost`` set, or the async processor cancelled).
 It logs JSON lines to LOG, each with ``at`` on the monotonic clock, which every process of
 the machine shares: ``window`` (the end of the safe window after each renewal), ``gained``,
 ``lost`` (the callbacks), ``stopping`` (SIGTERM handled) and ``stopped``
@@ -29,7 +31,8 @@ from tenure import Claimer, Elector, Maintainer, ReplicaManager, SubmissionPool,
 from tenure.aio import AsyncClaimer, AsyncElector, AsyncMaintainer, AsyncSubmissionPool, AsyncTaskWorker
 
 PERIOD, EXPIRY = 0.5, 2.0
-LEASE, SHUTDOWN_GRACE = 4.5, 3.0  # a task's safe window: 2/3 of the lease, 3 s
+LEASE = 4.5  # a task's safe window: 2/3 of the lease, 3 s
+SHUTDOWN_GRACE = {"tasks": 3.0, "release": 0.5}
 
 Note = Callable[..., None]
 Threaded = Elector | Claimer | Maintainer | ReplicaManager | TaskWorker | SubmissionPool
@@ -73,8 +76,8 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
             on_active=gained,
             on_passive=lost,
         )
-    if kind == "tasks":
-        return task_worker(conninfo, name, flavour, note)
+    if kind in SHUTDOWN_GRACE:
+        return task_worker(conninfo, name, flavour, note, shutdown_grace=SHUTDOWN_GRACE[kind])
     if kind == "queue":
         return submission_pool(conninfo, name, flavour, gained, lost)
     if kind == "maintainer":
@@ -86,7 +89,9 @@ def make(conninfo: str, name: str, kind: str, flavour: str, note: Note) -> Runti
     return claimer(conninfo, name, cycle=PERIOD, expiry=EXPIRY, on_gained=gained, on_lost=lost)
 
 
-def task_worker(conninfo: str, kind: str, flavour: str, note: Note) -> TaskWorker | AsyncTaskWorker:
+def task_worker(
+    conninfo: str, kind: str, flavour: str, note: Note, *, shutdown_grace: float
+) -> TaskWorker | AsyncTaskWorker:
     """A worker whose processor holds its task until it is lost; every lease extension
     logs the end of the task's safe window."""
     held: list[Task] = []
@@ -101,7 +106,7 @@ def task_worker(conninfo: str, kind: str, flavour: str, note: Note) -> TaskWorke
         note("gained", what=str(task.id))
         note("window", until=task.valid_until)
 
-    options: dict[str, Any] = {"lease": LEASE, "poll_interval": PERIOD, "shutdown_grace": SHUTDOWN_GRACE}
+    options: dict[str, Any] = {"lease": LEASE, "poll_interval": PERIOD, "shutdown_grace": shutdown_grace}
     if flavour == "sync":
 
         def hold(task: Task) -> Any:
@@ -135,7 +140,9 @@ def submission_pool(
     if flavour == "sync":
         pool = SubmissionPool(conninfo, keyspace, submit=lambda _: None, status=lambda _: None, **options)
     else:
-        pool = AsyncSubmissionPool(conninfo, keyspace, submit=lambda _: None, status=lambda _: None, **options)
+        pool = AsyncSubmissionPool(
+            conninfo, keyspace, submit=lambda _: None, status=lambda _: None, **options
+        )
     # The pool's claimer tells the pool; these tell the log too.
     tell_pool = pool.claimer._on_lost
 

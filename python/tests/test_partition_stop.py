@@ -39,10 +39,11 @@ from tenure import Driver
 
 INTERVAL, TIMEOUT = 0.5, 2.0
 GRACE = TIMEOUT - INTERVAL  # stop()'s default grace: the safe window T - I
-# A task worker's stop: its shutdown grace (stop_app's 3 s), then at most the release bound,
-# the safe window (2/3 of the lease, 3 s) capped at 2 s. Its task's safe window ends during
-# the shutdown grace, and its release is sent into the cut with more than 2 s of window left.
-TASKS_GRACE = 3.0 + 2.0
+# A task worker's stop: its shutdown grace, then at most the release bound, the safe window
+# (2/3 of the lease, 3 s) capped at 2 s. With stop_app's "tasks" (a grace of 3 s) the task's
+# safe window ends during the grace; with "release" (0.5 s) the task is released into the
+# cut with more time left in its window than the release bound.
+STOP_BOUND = {"tasks": 3.0 + 2.0, "release": 0.5 + 2.0}
 # Scheduling on a loaded two-core machine (five helpers' tests at once) adds to every bound.
 SLACK = 0.25
 APP = Path(__file__).with_name("stop_app.py")
@@ -156,13 +157,15 @@ CASES = [
     ("maintainer", "async"),
     ("tasks", "sync"),
     ("tasks", "async"),
+    ("release", "sync"),
+    ("release", "async"),
     ("queue", "sync"),
     ("queue", "async"),
 ]
 
 
 def grace_of(kind: str) -> float:
-    return TASKS_GRACE if kind == "tasks" else GRACE
+    return STOP_BOUND.get(kind, GRACE)
 
 
 @pytest.mark.timeout(120)
@@ -171,8 +174,8 @@ def test_stops_while_cut_off_keep_their_bounds(app_conninfo: str, admin: Any, tm
     driver = Driver(admin)
     driver.claim_register("cut", ["a", "b"])
     for kind, flavour in CASES:
-        if kind == "tasks":
-            driver.task_enqueue(f"cut-tasks-{flavour}")
+        if kind in STOP_BOUND:
+            driver.task_enqueue(f"cut-{kind}-{flavour}")
         if kind == "queue":
             driver.claim_register(f"cut-queue-{flavour}", ["a", "b"])
     parts = conninfo_to_dict(app_conninfo)

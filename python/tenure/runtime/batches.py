@@ -50,7 +50,7 @@ from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
 from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
-from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime
+from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime, close_pool_by
 
 log = logging.getLogger(__name__)
 
@@ -617,7 +617,7 @@ class SubmissionPool(Submissions, Runtime):
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
         self._threads.clear()
-        self.pool.close(timeout=max(0.0, end - time.monotonic()))
+        close_pool_by(self.pool, end)
 
     def _submitter(self) -> None:
         while not self._stopping:
@@ -794,7 +794,9 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         for task in self._tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 # as a thread that died would have printed it
-                log.error("%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=task.exception())
+                log.error(
+                    "%s: %s ended with an error", self.keyspace, task.get_name(), exc_info=task.exception()
+                )
         self._left_running |= {task for task in tasks if not task.done()}
         for task in self._left_running:
             task.add_done_callback(self._left_running.discard)

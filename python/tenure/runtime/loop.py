@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
 from tenure.driver import AsyncDriver, Driver, Op
@@ -66,6 +67,13 @@ async def await_until(
 def capped(seconds: float, cap: float | None) -> float:
     """``seconds``, or ``cap`` when it is given and shorter."""
     return seconds if cap is None else min(seconds, cap)
+
+
+def close_pool_by(pool: ConnectionPool[Any], end: float) -> None:
+    """Close ``pool`` by the monotonic ``end``, even while the database is away: psycopg_pool
+    joins each of its threads (its workers, one maybe connecting into a partition, and its
+    scheduler) for the whole timeout given, one after the other, so each gets its share."""
+    pool.close(timeout=max(0.0, end - time.monotonic()) / (pool.num_workers + 1))
 
 
 def _next_wait(end: float | None, look_every: float | Callable[[], float | None] | None) -> float | None:

@@ -70,7 +70,7 @@ from tenure.connect import (
 from tenure.driver import OPS, AsyncDriver, Driver, Op, TaskCycled, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration, LeaseLost, TenureError
 from tenure.metrics import Metrics
-from tenure.runtime.loop import AsyncRuntime, Runtime
+from tenure.runtime.loop import AsyncRuntime, Runtime, capped, close_pool_by
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +281,11 @@ class TaskLogic:
     def _idle(connection: psycopg.BaseConnection[Any]) -> bool:
         """Whether a pooled connection sat idle long enough to be checked before use."""
         return time.monotonic() - getattr(connection, _LAST_USED, 0.0) >= CHECK_AFTER_IDLE
+
+    def _release_bound(self) -> float:
+        """How long the release of the unfinished tasks on stop may take: the safe window,
+        at most 2 s."""
+        return min(self.safe_window, 2.0)
 
     def _retry(self, error: psycopg.Error, until: float) -> bool:
         """Whether a call that failed with ``error`` is tried again at once on another connection:
@@ -741,6 +746,7 @@ class TaskWorker(TaskLogic, Runtime):
         self._wake = threading.Event()
         self._stopping = threading.Event()  # no more new tasks (the listener's flag)
         self._closing = threading.Event()  # no more leases kept either (wakes waits)
+        self._watch_ended = threading.Event()  # the lease watchdog's end, at the very end of stop()
         self._threads: dict[str, threading.Thread] = {}
         self._deadlines = Deadlines(f"tasks {self.name}")
         self._pool = ConnectionPool(
@@ -764,12 +770,14 @@ class TaskWorker(TaskLogic, Runtime):
             connection.execute("")
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection for one call, bounded by the safe window; a connection that
-        no longer reaches a writable primary is closed, so the pool replaces it."""
-        with self._pool.connection(timeout=self.safe_window) as connection:
+    def _connection(self, bound: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one call, bounded by the safe window (or ``bound`` seconds,
+        if shorter); a connection that no longer reaches a writable primary is closed, so the
+        pool replaces it."""
+        seconds = capped(self.safe_window, bound)
+        with self._pool.connection(timeout=seconds) as connection:
             try:
-                with self._deadlines.bounded(connection, self.safe_window):
+                with self._deadlines.bounded(connection, seconds):
                     yield connection
             except BaseException as error:
                 if lost_server(error, connection):
@@ -778,27 +786,36 @@ class TaskWorker(TaskLogic, Runtime):
             finally:
                 setattr(connection, _LAST_USED, time.monotonic())
 
-    def _call(self, call: Callable[[psycopg.Connection[Any]], R], *, until: float) -> R:
+    def _call(
+        self, call: Callable[[psycopg.Connection[Any]], R], *, until: float, capped_by_until: bool = False
+    ) -> R:
         """``call`` on a pooled connection, tried again at once on another one while the
-        server is lost (a failover, a stale pooled connection) and ``until`` is ahead."""
+        server is lost (a failover, a stale pooled connection) and ``until`` is ahead; with
+        ``capped_by_until``, no call goes on past ``until``."""
         while True:
             try:
-                with self._connection() as connection:
+                with self._connection(until - time.monotonic() if capped_by_until else None) as connection:
                     return call(connection)
             except psycopg.Error as error:
                 if not self._retry(error, until):
                     raise
                 time.sleep(0.05)
 
-    def _run_op(self, make: Callable[[], Op[R]], *, until: float) -> R:
-        return self._call(lambda connection: Driver(connection).run(make()), until=until)
+    def _run_op(self, make: Callable[[], Op[R]], *, until: float, capped_by_until: bool = False) -> R:
+        return self._call(
+            lambda connection: Driver(connection).run(make()), until=until, capped_by_until=capped_by_until
+        )
 
     # -- life cycle ---------------------------------------------------------------
 
     def start(self) -> Self:
         self._check_start()
         self._pool.open(wait=True, timeout=30)
-        loops: list[tuple[Callable[[], None], str]] = [(self._dispatch, "dispatch"), (self._extend, "extend")]
+        loops: list[tuple[Callable[[], None], str]] = [
+            (self._dispatch, "dispatch"),
+            (self._extend, "extend"),
+            (self._watch_leases, "watchdog"),
+        ]
         if self.listen:
             loops.append((self._listen, "listen"))
         loops += [(self._process, f"processor-{n}") for n in range(self.concurrency)]
@@ -813,8 +830,10 @@ class TaskWorker(TaskLogic, Runtime):
         """Stop taking tasks, let those in flight finish for ``shutdown_grace``, release the rest.
 
         Takes at most ``shutdown_grace`` plus a release bound (the safe window, at most
-        2 s), even while the database is away: a task that could not be released is left
-        to its lease.
+        2 s), even while the database is away: the release's call is cut at that bound, a
+        task that could not be released is left to its lease, and a thread still waiting
+        for the database then is left to end by itself. The lease watchdog goes on until
+        stop() returns: a task whose safe window ends meanwhile is lost then, as always.
         """
         deadline = time.monotonic() + self.shutdown_grace
         self._stop_requested = True
@@ -822,11 +841,12 @@ class TaskWorker(TaskLogic, Runtime):
         self._wake.set()
         while self._held() and time.monotonic() < deadline:
             time.sleep(0.02)  # the dispatcher keeps reporting what finishes meanwhile
-        release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
+        release_by = max(deadline, time.monotonic()) + self._release_bound()
         unfinished = self._unfinished()
         if unfinished and release_by > time.monotonic():
+            released: list[tuple[Task, Outcome]] = [(task, Release()) for task in unfinished]
             try:
-                self._report([(task, Release()) for task in unfinished], until=release_by)
+                self._report(released, until=release_by, capped_by_until=True)
             except psycopg.Error as error:
                 log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
         while self._held() and time.monotonic() < release_by:
@@ -834,13 +854,16 @@ class TaskWorker(TaskLogic, Runtime):
         self._closed = True
         self._closing.set()
         self._wake.set()
+        self._deadlines.cut()  # a call still in flight (an extension, a round trip) ends now
         for _ in range(self.concurrency):
             self._ready.put(None)
         for role, thread in self._threads.items():
-            if not role.startswith("processor"):
-                thread.join()
+            if not role.startswith("processor") and role != "watchdog":
+                thread.join(max(0.0, release_by - time.monotonic()))
+        close_pool_by(self._pool, release_by)
+        self._watch_ended.set()
+        self._threads["watchdog"].join(max(0.0, release_by - time.monotonic()))
         self._threads.clear()
-        self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
         self._deadlines.close()
 
     def _wake_dispatcher(self) -> None:
@@ -886,12 +909,19 @@ class TaskWorker(TaskLogic, Runtime):
             self._ready.put(task)
 
     def _report(
-        self, reported: list[tuple[Task, Outcome]], *, until: float, limit: int = 0
+        self,
+        reported: list[tuple[Task, Outcome]],
+        *,
+        until: float,
+        limit: int = 0,
+        capped_by_until: bool = False,
     ) -> list[TaskCycled]:
         """One ``task_cycle`` call: the outcomes' results are counted and their tasks let go."""
         self._reporting(reported)
         try:
-            rows = self._run_op(lambda: self._cycle_op(reported, limit), until=until)
+            rows = self._run_op(
+                lambda: self._cycle_op(reported, limit), until=until, capped_by_until=capped_by_until
+            )
         except BaseException:
             self._report_failed(reported)
             raise
@@ -946,6 +976,12 @@ class TaskWorker(TaskLogic, Runtime):
             refused = self._extended(held, rows, sent)
             if refused:
                 self._settle_refused(refused, self._look_up([task for task, _ in refused]), reported=False)
+
+    def _watch_leases(self) -> None:
+        """At the end of each task's safe window, if no extension moved it on, the task is lost
+        (``task.lost`` set, followers told) then, not at the extender's next round."""
+        while not self._watch_ended.wait(self._expire_leases()):
+            pass
 
     # -- running processors ------------------------------------------------------------
 
@@ -1056,11 +1092,12 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             await connection.execute("")
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def _connection(self, bound: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """:meth:`TaskWorker._connection` on the event loop."""
-        async with self._pool.connection(timeout=self.safe_window) as connection:
+        seconds = capped(self.safe_window, bound)
+        async with self._pool.connection(timeout=seconds) as connection:
             try:
-                with self._deadlines.bounded(connection, self.safe_window):
+                with self._deadlines.bounded(connection, seconds):
                     yield connection
             except BaseException as error:
                 if lost_server(error, connection) or isinstance(error, asyncio.CancelledError):
@@ -1069,18 +1106,30 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             finally:
                 setattr(connection, _LAST_USED, time.monotonic())
 
-    async def _call(self, call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]], *, until: float) -> R:
+    async def _call(
+        self,
+        call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],
+        *,
+        until: float,
+        capped_by_until: bool = False,
+    ) -> R:
         while True:
             try:
-                async with self._connection() as connection:
+                async with self._connection(
+                    until - time.monotonic() if capped_by_until else None
+                ) as connection:
                     return await call(connection)
             except psycopg.Error as error:
                 if not self._retry(error, until):
                     raise
                 await asyncio.sleep(0.05)
 
-    async def _run_op(self, make: Callable[[], Op[R]], *, until: float) -> R:
-        return await self._call(lambda connection: AsyncDriver(connection).run(make()), until=until)
+    async def _run_op(self, make: Callable[[], Op[R]], *, until: float, capped_by_until: bool = False) -> R:
+        return await self._call(
+            lambda connection: AsyncDriver(connection).run(make()),
+            until=until,
+            capped_by_until=capped_by_until,
+        )
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -1109,11 +1158,12 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         self._wake.set()
         while self._held() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # the dispatcher keeps reporting what finishes meanwhile
-        release_by = max(deadline, time.monotonic()) + min(self.safe_window, 2.0)
+        release_by = max(deadline, time.monotonic()) + self._release_bound()
         unfinished = self._unfinished()  # their processors are cancelled
         if unfinished and release_by > time.monotonic():
+            released: list[tuple[Task, Outcome]] = [(task, Release()) for task in unfinished]
             try:
-                await self._report([(task, Release()) for task in unfinished], until=release_by)
+                await self._report(released, until=release_by, capped_by_until=True)
             except psycopg.Error as error:
                 log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
         while self._held() and time.monotonic() < release_by:
@@ -1123,12 +1173,20 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         dispatcher = self._loops.get("dispatch")
         if dispatcher is not None:  # it ends its round trip in progress, within the bound
             await asyncio.wait([dispatcher], timeout=max(0.1, release_by - time.monotonic()))
+        # A call in flight is cut (its socket abandoned), never cancelled: psycopg would wait
+        # for a cancel request that cannot reach the server. The lease watchdog ends last.
+        self._deadlines.cut()
+        watchdog = self._loops.pop("watchdog", None)
         rest = [*self._loops.values(), *self._runners]
         for task in rest:
             task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
+        if rest:
+            await asyncio.wait(rest, timeout=max(0.0, release_by - time.monotonic()))
         self._loops.clear()
-        await self._pool.close(timeout=max(0.1, release_by - time.monotonic()))
+        await self._pool.close(timeout=max(0.0, release_by - time.monotonic()))
+        if watchdog is not None:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
 
     def _wake_dispatcher(self) -> None:
         self._wake.set()
@@ -1180,11 +1238,18 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             runner.add_done_callback(self._runners.discard)
 
     async def _report(
-        self, reported: list[tuple[Task, Outcome]], *, until: float, limit: int = 0
+        self,
+        reported: list[tuple[Task, Outcome]],
+        *,
+        until: float,
+        limit: int = 0,
+        capped_by_until: bool = False,
     ) -> list[TaskCycled]:
         self._reporting(reported)
         try:
-            rows = await self._run_op(lambda: self._cycle_op(reported, limit), until=until)
+            rows = await self._run_op(
+                lambda: self._cycle_op(reported, limit), until=until, capped_by_until=capped_by_until
+            )
         except BaseException:
             self._report_failed(reported)
             raise
@@ -1244,8 +1309,9 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
 
     async def _watch_leases(self) -> None:
         """At the end of each task's safe window, if no extension moved it on, the task is lost
-        and its processor cancelled then, not at the extender's next round."""
-        while not self._closed:
+        and its processor cancelled then, not at the extender's next round; until the end of
+        stop(), which cancels it last."""
+        while True:
             await asyncio.sleep(self._expire_leases())
 
     # -- running processors ------------------------------------------------------------------
