@@ -794,7 +794,9 @@ class TaskWorker(TaskLogic, Runtime):
         ``capped_by_until``, no call goes on past ``until``."""
         while True:
             try:
-                with self._connection(until - time.monotonic() if capped_by_until else None) as connection:
+                with self._connection(
+                    max(0.05, until - time.monotonic()) if capped_by_until else None
+                ) as connection:
                     return call(connection)
             except psycopg.Error as error:
                 if not self._retry(error, until):
@@ -1116,7 +1118,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         while True:
             try:
                 async with self._connection(
-                    until - time.monotonic() if capped_by_until else None
+                    max(0.05, until - time.monotonic()) if capped_by_until else None
                 ) as connection:
                     return await call(connection)
             except psycopg.Error as error:
