@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -103,11 +104,25 @@ def under_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
+# Below Linux's ephemeral range (32768-60999), so that no outgoing connection takes a port
+# between the moment it is chosen and the moment its server binds it (a Patroni REST API
+# once failed with "Address already in use" that way).
+_PORTS = range(10000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, not handed out before by this process."""
+    while True:
+        port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
 
 
