@@ -11,6 +11,9 @@ database (submitters checking at the same time share one call); otherwise the
 batch is left pending for the key's next holder, whose monitor will learn what
 became of it.
 
+Every call of the pool's own to the database runs under a deadline watchdog (:class:`Calls`)
+and is cut at ``call_bound``, the claimer's safe window, as every runtime's call is.
+
 The decisions (when to select, whose turn it is, when to skip, what to resolve, how
 soon to ask again) are written once, in :class:`Selection`, :class:`ClaimCheck` and
 :class:`Submissions`; :class:`SubmissionPool` runs them on threads with a blocking
@@ -690,8 +693,9 @@ class SubmissionPool(Submissions, Runtime):
 
         Once the ``submit`` calls in progress returned, it takes at most the claimer's safe
         window (expiry - cycle), even while the database is away: the claimer stops within it
-        (see :meth:`Claimer.stop`), and a thread still waiting for the database then is left
-        to end by itself (its pooled connection is closed when it comes back).
+        (see :meth:`Claimer.stop`), a call still in flight then is cut, and a thread still
+        waiting for the database at the end is left to end by itself (its pooled connection
+        is closed when it comes back).
         """
         self._stop_waiting()
         self._listening.set()
