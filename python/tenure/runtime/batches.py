@@ -98,12 +98,16 @@ class Calls:
         self.label = label
         self.bound = bound
 
+    def _left(self, began: float) -> float:
+        """Seconds left of the bound of a call that began (asked for a connection) at ``began``."""
+        return max(0.05, began + self.bound - time.monotonic())
+
     def _overran(
-        self, connection: psycopg.BaseConnection[Any], sent: float
+        self, connection: psycopg.BaseConnection[Any], began: float
     ) -> psycopg.OperationalError | None:
-        """The error to raise in place of what a call sent at ``sent`` failed with, when the
-        watchdog cut it."""
-        if not connection.broken or time.monotonic() < sent + self.bound:
+        """The error to raise in place of what a call that began at ``began`` failed with, when
+        the watchdog cut it."""
+        if not connection.broken or time.monotonic() < began + self.bound:
             return None
         return psycopg.OperationalError(
             f"{self.label}: the database did not answer within {self.bound:g} s; the call was cut"
@@ -119,13 +123,13 @@ class PoolCalls(Calls):
         self.deadlines = Deadlines(label)
 
     def run(self, op: Op[R]) -> R:
+        began = time.monotonic()
         with self.pool.connection(timeout=self.bound) as connection:
-            sent = time.monotonic()
             try:
-                with self.deadlines.bounded(connection, self.bound):
+                with self.deadlines.bounded(connection, self._left(began)):
                     return Driver(connection).run(op)
             except psycopg.OperationalError as error:
-                overran = self._overran(connection, sent)
+                overran = self._overran(connection, began)
                 if overran is None:
                     raise
                 raise overran from error
@@ -140,13 +144,13 @@ class AsyncPoolCalls(Calls):
         self.deadlines = AsyncDeadlines(label)
 
     async def run(self, op: Op[R]) -> R:
+        began = time.monotonic()
         async with self.pool.connection(timeout=self.bound) as connection:
-            sent = time.monotonic()
             try:
-                with self.deadlines.bounded(connection, self.bound):
+                with self.deadlines.bounded(connection, self._left(began)):
                     return await AsyncDriver(connection).run(op)
             except psycopg.OperationalError as error:
-                overran = self._overran(connection, sent)
+                overran = self._overran(connection, began)
                 if overran is None:
                     raise
                 raise overran from error
@@ -879,7 +883,7 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         await await_until(returned, self._order_changed.wait, None)
         end = time.monotonic() + self.claimer.safe_window
         await self.claimer.stop(grace=self.claimer.safe_window)
-        self._calls.deadlines.cut()  # a call still in flight ends now, never cancelled
+        self._calls.deadlines.cut()  # a call still in flight ends now
         # Never cancelled: psycopg would wait for a cancel request the server cannot get.
         tasks = [*self._tasks, *([self._listener] if self._listener is not None else [])]
         if tasks:
