@@ -4,6 +4,7 @@ pool's behaviour tests run against SubmissionPool and AsyncSubmissionPool (``fla
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -12,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from proxy import PausingProxy
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure import ClaimLost, Driver, InvalidConfiguration
 from tenure.aio import AsyncSubmissionPool
@@ -242,6 +245,48 @@ def test_a_batch_goes_only_while_the_database_still_says_its_claim_is_held(
     )
 
 
+def test_a_call_into_a_database_that_stops_answering_is_cut_at_its_bound(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every call of the pool's own (a selection, the last check, the monitor's) runs under
+    the deadline watchdog: a network pause that the kernel still acknowledges, which no
+    connection option ends, costs a call its bound (``call_bound``, the claimer's safe
+    window) and an error that says so; once the network heals, the pool serves again."""
+    driver = Driver(admin)
+    driver.batch_configure("pause", mode="serial")
+    driver.batch_enqueue_many("pause", [{"key": "po", "payload": b"1"}])
+    ledger = SimulatedLedger()
+    caplog.set_level(logging.WARNING, logger="tenure")
+    params = conninfo_to_dict(app_conninfo)
+
+    def cut_calls() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "the call was cut" in r.getMessage()]
+
+    with PausingProxy(str(params["host"]), int(str(params["port"]))) as proxy:
+        via_proxy = make_conninfo(app_conninfo, host="127.0.0.1", port=proxy.port)
+        with flavour(
+            SubmissionPool,
+            via_proxy,
+            "pause",
+            **callbacks(flavour, ledger),
+            submitters=2,
+            cycle=0.5,
+            expiry=2.0,
+            poll_interval=0.1,
+        ) as pool:
+            assert pool.call_bound == 1.5, "the claimer's safe window"
+            assert wait_until(lambda: committed(driver, "pause") == 1)
+            proxy.pause()
+            assert wait_until(lambda: any("monitoring failed" in m for m in cut_calls()), 20), (
+                "the monitor's call into the pause was cut while the pause lasted"
+            )
+            assert "the database did not answer within 1.5 s" in cut_calls()[0]
+            proxy.resume()
+            driver.batch_enqueue_many("pause", [{"key": "po", "payload": b"2"}])
+            assert wait_until(lambda: committed(driver, "pause") == 2), "the pool serves again after it"
+    assert ledger.applied["po"] == [b"1", b"2"]
+
+
 # -- asyncio only ------------------------------------------------------------------------
 
 
@@ -327,3 +372,50 @@ def test_async_pool_takes_plain_callbacks_too(app_conninfo: str, admin: psycopg.
 
     asyncio.run(scenario())
     assert ledger.applied["po"] == [f"{n}".encode() for n in range(5)]
+
+
+def test_a_cancelled_submission_does_not_hold_up_the_stop_of_an_async_pool(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A submitter task cancelled in the middle of ``submit`` counts its submission out, so
+    ``stop()``, which lets the submissions in progress return first, keeps its bound (the
+    claimer's safe window, plus a generous slack for a loaded machine)."""
+    driver = Driver(admin)
+    driver.batch_configure("cancelled", mode="serial")
+    driver.batch_enqueue_many("cancelled", [{"key": "po", "payload": b"1"}])
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        submitting = asyncio.Event()
+        submitters: list[asyncio.Task[Any]] = []
+
+        async def submit(batch: BatchGrant) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            submitters.append(task)
+            submitting.set()
+            await asyncio.sleep(3600)
+
+        pool = AsyncSubmissionPool(
+            app_conninfo,
+            "cancelled",
+            submit=submit,
+            status=lambda _: None,
+            submitters=2,
+            cycle=0.5,
+            expiry=2.0,
+        )
+        await pool.start()
+        await asyncio.wait_for(submitting.wait(), 30)
+        submitters[0].cancel()
+        began = time.monotonic()
+        try:
+            await asyncio.wait_for(pool.stop(), 30)
+            seen["stop took"] = time.monotonic() - began
+        except TimeoutError:
+            seen["stop took"] = None
+        seen["grace"] = pool.claimer.safe_window
+
+    asyncio.run(scenario())
+    assert seen["stop took"] is not None, "stop() waited for the cancelled submission to return"
+    assert seen["stop took"] <= seen["grace"] + 3.0, seen

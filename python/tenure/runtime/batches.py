@@ -11,6 +11,9 @@ database (submitters checking at the same time share one call); otherwise the
 batch is left pending for the key's next holder, whose monitor will learn what
 became of it.
 
+Every call of the pool's own to the database runs under a deadline watchdog (:class:`Calls`)
+and is cut at ``call_bound``, the claimer's safe window, as every runtime's call is.
+
 The decisions (when to select, whose turn it is, when to skip, what to resolve, how
 soon to ask again) are written once, in :class:`Selection`, :class:`ClaimCheck` and
 :class:`Submissions`; :class:`SubmissionPool` runs them on threads with a blocking
@@ -30,13 +33,15 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tenure.connect import (
+    AsyncDeadlines,
+    Deadlines,
     acheck_start,
     alisten,
     awatch_commits,
@@ -50,9 +55,10 @@ from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
 from tenure.metrics import Metrics
 from tenure.runtime.claims import AsyncClaimer, Claimer, Keys
-from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime, close_pool_by
+from tenure.runtime.loop import AsyncCondition, AsyncRuntime, Runtime, await_until, close_pool_by, wait_until
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 MONITOR_FIRST_RETRY = 0.005  # seconds: the first re-ask after a submission, doubling up to the poll interval
 
@@ -75,6 +81,82 @@ async def _rest(event: asyncio.Event, timeout: float) -> bool:
     was_set = event.is_set()
     event.clear()
     return was_set
+
+
+# -- calling the database ---------------------------------------------------------------
+
+
+class Calls:
+    """How the pool calls the database: each call (a selection, a check, the monitor's
+    reads and resolutions) on a pooled connection, cut by a deadline watchdog when it
+    overruns ``bound`` seconds, as every runtime's call is: its socket is abandoned, so a
+    database that stops answering (a frozen server, a pause the network still acknowledges,
+    which no connection option ends) costs the caller at most the bound and an error that
+    says so, and the pool replaces the connection."""
+
+    def __init__(self, label: str, bound: float) -> None:
+        self.label = label
+        self.bound = bound
+
+    def _left(self, began: float) -> float:
+        """Seconds left of the bound of a call that began (asked for a connection) at ``began``."""
+        return max(0.05, began + self.bound - time.monotonic())
+
+    def _overran(
+        self, connection: psycopg.BaseConnection[Any], began: float
+    ) -> psycopg.OperationalError | None:
+        """The error to raise in place of what a call that began at ``began`` failed with, when
+        the watchdog cut it."""
+        if not connection.broken or time.monotonic() < began + self.bound:
+            return None
+        return psycopg.OperationalError(
+            f"{self.label}: the database did not answer within {self.bound:g} s; the call was cut"
+        )
+
+
+class PoolCalls(Calls):
+    """:class:`Calls` on threads."""
+
+    def __init__(self, pool: ConnectionPool[Any], label: str, bound: float) -> None:
+        super().__init__(label, bound)
+        self.pool = pool
+        self.deadlines = Deadlines(label)
+
+    def run(self, op: Op[R]) -> R:
+        began = time.monotonic()
+        with self.pool.connection(timeout=self.bound) as connection:
+            try:
+                with self.deadlines.bounded(connection, self._left(began)):
+                    return Driver(connection).run(op)
+            except psycopg.OperationalError as error:
+                overran = self._overran(connection, began)
+                if overran is None:
+                    raise
+                raise overran from error
+
+
+class AsyncPoolCalls(Calls):
+    """:class:`Calls` for asyncio (a timer on the event loop per call)."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], label: str, bound: float) -> None:
+        super().__init__(label, bound)
+        self.pool = pool
+        self.deadlines = AsyncDeadlines(label)
+
+    async def run(self, op: Op[R]) -> R:
+        began = time.monotonic()
+        async with self.pool.connection(timeout=self.bound) as connection:
+            try:
+                with self.deadlines.bounded(connection, self._left(began)):
+                    return await AsyncDriver(connection).run(op)
+            except psycopg.OperationalError as error:
+                overran = self._overran(connection, began)
+                if overran is None:
+                    raise
+                raise overran from error
+            except asyncio.CancelledError:
+                await connection.close()  # a cancelled call may have left it mid-statement
+                raise
 
 
 # -- selecting ----------------------------------------------------------------------------
@@ -137,9 +219,9 @@ class Selection:
 class Queuer(Selection):
     """The seed's queuer: ``next()`` returns one batch of a held key at a time, or None."""
 
-    def __init__(self, pool: ConnectionPool[Any], claimer: Claimer, **selection: Any) -> None:
+    def __init__(self, calls: PoolCalls, claimer: Claimer, **selection: Any) -> None:
         super().__init__(claimer, **selection)
-        self.pool = pool
+        self.database = calls
         self._lock = threading.Lock()
 
     def settle(self) -> None:
@@ -151,18 +233,16 @@ class Queuer(Selection):
     def next(self) -> BatchGrant | None:
         with self._lock:
             if self._wants_selection():
-                with self.pool.connection() as connection:
-                    selected = Driver(connection).run(self._select())
-                self._take(selected)
+                self._take(self.database.run(self._select()))
             return self._hand_out()
 
 
 class AsyncQueuer(Selection):
     """:class:`Queuer` for asyncio: ``await next()``."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], claimer: AsyncClaimer, **selection: Any) -> None:
+    def __init__(self, calls: AsyncPoolCalls, claimer: AsyncClaimer, **selection: Any) -> None:
         super().__init__(claimer, **selection)
-        self.pool = pool
+        self.database = calls
         self._lock = asyncio.Lock()
 
     async def settle(self) -> None:
@@ -173,9 +253,7 @@ class AsyncQueuer(Selection):
     async def next(self) -> BatchGrant | None:
         async with self._lock:
             if self._wants_selection():
-                async with self.pool.connection() as connection:
-                    selected = await AsyncDriver(connection).run(self._select())
-                self._take(selected)
+                self._take(await self.database.run(self._select()))
             return self._hand_out()
 
 
@@ -237,9 +315,9 @@ class ClaimCheck:
 class HeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for threads."""
 
-    def __init__(self, pool: ConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
+    def __init__(self, calls: PoolCalls, keyspace: str, instance_id: UUID) -> None:
         super().__init__(keyspace, instance_id)
-        self.pool = pool
+        self.database = calls
         self._changed = threading.Condition()
 
     def held(self, key: str, epoch: int) -> bool:
@@ -252,8 +330,7 @@ class HeldCheck(ClaimCheck):
             asked = self._begin()
         answers: list[bool] = []
         try:
-            with self.pool.connection() as connection:
-                answers = Driver(connection).run(self._call(asked))
+            answers = self.database.run(self._call(asked))
         except psycopg.Error as error:
             self._failed(error)
         finally:
@@ -266,9 +343,9 @@ class HeldCheck(ClaimCheck):
 class AsyncHeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for asyncio (one event loop: no lock between its awaits)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any], keyspace: str, instance_id: UUID) -> None:
+    def __init__(self, calls: AsyncPoolCalls, keyspace: str, instance_id: UUID) -> None:
         super().__init__(keyspace, instance_id)
-        self.pool = pool
+        self.database = calls
         self._changed = AsyncCondition()
 
     async def held(self, key: str, epoch: int) -> bool:
@@ -280,8 +357,7 @@ class AsyncHeldCheck(ClaimCheck):
         asked = self._begin()
         answers: list[bool] = []
         try:
-            async with self.pool.connection() as connection:
-                answers = await AsyncDriver(connection).run(self._call(asked))
+            answers = await self.database.run(self._call(asked))
         except psycopg.Error as error:
             self._failed(error)
         finally:  # also when cancelled: the checks it carried are answered no
@@ -352,12 +428,22 @@ class Submissions:
         self.submitted = 0
         self.skipped = 0
 
+    @property
+    def call_bound(self) -> float:
+        """Seconds a call of the pool's own to the database may take, waiting for a pooled
+        connection included: the claimer's safe window (``expiry - cycle``), past which a
+        check of the claim would be stale anyway. The deadline watchdog cuts a call there."""
+        return self.claimer.safe_window
+
+    def _calls_label(self) -> str:
+        return f"queue {self.keyspace} {self.claimer.name}"
+
     def _pool_options(self) -> dict[str, Any]:
         return {
             "min_size": 1,
             "max_size": self.submitters + 2,
-            "kwargs": connection_options(application_name=self._application_name, deadline=self.expiry),
-            "timeout": self.expiry,
+            "kwargs": connection_options(application_name=self._application_name, deadline=self.call_bound),
+            "timeout": self.call_bound,
             "open": False,
         }
 
@@ -423,6 +509,10 @@ class Submissions:
             self._in_submit += 1
             return True
 
+    def _submissions_returned(self) -> bool:
+        """Whether no ``submit`` call is in progress (called with _order_changed held)."""
+        return not self._in_submit
+
     def _skip(self) -> None:
         """Left pending for the key's next holder."""
         with self._order_changed:
@@ -435,13 +525,15 @@ class Submissions:
         )
 
     def _submitted(self, batch: BatchGrant) -> None:
-        # Only now may the monitor ask about it: asked before it reached the external
-        # system, it would read as lost (unknown) and go again.
+        """``submit`` returned, raised or was cancelled: counted out (stop() waits for that),
+        and only now may the monitor ask about it: asked before it reached the external
+        system, it would read as lost (unknown) and go again."""
         with self._order_changed:
             self._in_submit -= 1
             self._unsubmitted.discard(batch.id)
             self.submitted += 1
             self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
+            self._order_changed.notify_all()
         self.metrics.batches_submitted.labels(self.keyspace).inc()
         self._resolve_soon.set()
 
@@ -578,8 +670,9 @@ class SubmissionPool(Submissions, Runtime):
         self.pool: ConnectionPool[Any] = ConnectionPool(
             conninfo, configure=watch_commits, **self._pool_options()
         )
-        self.queuer: Queuer = Queuer(self.pool, self.claimer, **self._queuer_options())
-        self._check = HeldCheck(self.pool, keyspace, self.claimer.instance_id)
+        self._calls = PoolCalls(self.pool, self._calls_label(), self.call_bound)
+        self.queuer: Queuer = Queuer(self._calls, self.claimer, **self._queuer_options())
+        self._check = HeldCheck(self._calls, keyspace, self.claimer.instance_id)
         self._order_changed = threading.Condition()
         self._listening = threading.Event()  # set: the listener stops
         self._wake = threading.Event()
@@ -604,20 +697,22 @@ class SubmissionPool(Submissions, Runtime):
 
         Once the ``submit`` calls in progress returned, it takes at most the claimer's safe
         window (expiry - cycle), even while the database is away: the claimer stops within it
-        (see :meth:`Claimer.stop`), and a thread still waiting for the database then is left
-        to end by itself (its pooled connection is closed when it comes back).
+        (see :meth:`Claimer.stop`), a call still in flight then is cut, and a thread still
+        waiting for the database at the end is left to end by itself (its pooled connection
+        is closed when it comes back).
         """
         self._stop_waiting()
         self._listening.set()
         with self._order_changed:
-            while self._in_submit:
-                self._order_changed.wait(0.1)
+            wait_until(self._submissions_returned, self._order_changed.wait, None)
         end = time.monotonic() + self.claimer.safe_window
         self.claimer.stop(grace=self.claimer.safe_window)
+        self._calls.deadlines.cut()  # a call still in flight ends now
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
         self._threads.clear()
         close_pool_by(self.pool, end)
+        self._calls.deadlines.close()
 
     def _submitter(self) -> None:
         while not self._stopping:
@@ -650,7 +745,8 @@ class SubmissionPool(Submissions, Runtime):
             self.submit(batch)
         except Exception:
             self._submit_failed(batch)
-        self._submitted(batch)
+        finally:
+            self._submitted(batch)
 
     def _monitor(self) -> None:
         """Asks the external system about pending batches right after submissions, again
@@ -674,13 +770,11 @@ class SubmissionPool(Submissions, Runtime):
     def _resolve_pending(self) -> tuple[int, bool]:
         """Resolves what the external system knows; returns how many, and whether any
         submitted batch is still in flight."""
-        with self.pool.connection() as connection:
-            driver = Driver(connection)
-            pending = driver.run(self._pending())
-            self.queuer.settle()
-            submitted = self._to_ask(pending)
-            resolutions, in_flight = self._answers(submitted, [self.status(batch) for batch in submitted])
-            return driver.run(self._resolve(resolutions)), in_flight
+        pending = self._calls.run(self._pending())
+        self.queuer.settle()
+        submitted = self._to_ask(pending)
+        resolutions, in_flight = self._answers(submitted, [self.status(batch) for batch in submitted])
+        return (self._calls.run(self._resolve(resolutions)) if resolutions else 0), in_flight
 
     def _listen(self) -> None:
         """Wake idle submitters when a batch of this queue is enqueued or resolved."""
@@ -744,8 +838,9 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo, configure=awatch_commits, **self._pool_options()
         )
-        self.queuer: AsyncQueuer = AsyncQueuer(self.pool, self.claimer, **self._queuer_options())
-        self._check = AsyncHeldCheck(self.pool, keyspace, self.claimer.instance_id)
+        self._calls = AsyncPoolCalls(self.pool, self._calls_label(), self.call_bound)
+        self.queuer: AsyncQueuer = AsyncQueuer(self._calls, self.claimer, **self._queuer_options())
+        self._check = AsyncHeldCheck(self._calls, keyspace, self.claimer.instance_id)
         self._order_changed = AsyncCondition()
         self._wake = asyncio.Event()
         self._resolve_soon = asyncio.Event()
@@ -780,13 +875,15 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self._stop_waiting()
         if self._listener is not None:
             self._listener.cancel()
-        while True:
+
+        def returned() -> bool:
             with self._order_changed:
-                if not self._in_submit:
-                    break
-            await self._order_changed.wait(0.1)
+                return self._submissions_returned()
+
+        await await_until(returned, self._order_changed.wait, None)
         end = time.monotonic() + self.claimer.safe_window
         await self.claimer.stop(grace=self.claimer.safe_window)
+        self._calls.deadlines.cut()  # a call still in flight ends now
         # Never cancelled: psycopg would wait for a cancel request the server cannot get.
         tasks = [*self._tasks, *([self._listener] if self._listener is not None else [])]
         if tasks:
@@ -837,7 +934,8 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
             await _resolved(self.submit(batch))
         except Exception:
             self._submit_failed(batch)
-        self._submitted(batch)
+        finally:  # also when cancelled: it may have reached the external system
+            self._submitted(batch)
 
     async def _monitor(self) -> None:
         """:meth:`SubmissionPool._monitor`."""
@@ -857,11 +955,9 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
 
     async def _resolve_pending(self) -> tuple[int, bool]:
         """:meth:`SubmissionPool._resolve_pending`."""
-        async with self.pool.connection() as connection:
-            driver = AsyncDriver(connection)
-            pending = await driver.run(self._pending())
-            await self.queuer.settle()
-            submitted = self._to_ask(pending)
-            outcomes = [await _resolved(self.status(batch)) for batch in submitted]
-            resolutions, in_flight = self._answers(submitted, outcomes)
-            return await driver.run(self._resolve(resolutions)), in_flight
+        pending = await self._calls.run(self._pending())
+        await self.queuer.settle()
+        submitted = self._to_ask(pending)
+        outcomes = [await _resolved(self.status(batch)) for batch in submitted]
+        resolutions, in_flight = self._answers(submitted, outcomes)
+        return (await self._calls.run(self._resolve(resolutions)) if resolutions else 0), in_flight

@@ -787,26 +787,23 @@ class TaskWorker(TaskLogic, Runtime):
                 setattr(connection, _LAST_USED, time.monotonic())
 
     def _call(
-        self, call: Callable[[psycopg.Connection[Any]], R], *, until: float, capped_by_until: bool = False
+        self, call: Callable[[psycopg.Connection[Any]], R], *, until: float, bound: float | None = None
     ) -> R:
         """``call`` on a pooled connection, tried again at once on another one while the
         server is lost (a failover, a stale pooled connection) and ``until`` is ahead; with
-        ``capped_by_until``, no call goes on past ``until``."""
+        ``bound``, the tries together take at most that many seconds."""
+        end = None if bound is None else time.monotonic() + bound
         while True:
             try:
-                with self._connection(
-                    max(0.05, until - time.monotonic()) if capped_by_until else None
-                ) as connection:
+                with self._connection(_left(end)) as connection:
                     return call(connection)
             except psycopg.Error as error:
                 if not self._retry(error, until):
                     raise
                 time.sleep(0.05)
 
-    def _run_op(self, make: Callable[[], Op[R]], *, until: float, capped_by_until: bool = False) -> R:
-        return self._call(
-            lambda connection: Driver(connection).run(make()), until=until, capped_by_until=capped_by_until
-        )
+    def _run_op(self, make: Callable[[], Op[R]], *, until: float, bound: float | None = None) -> R:
+        return self._call(lambda connection: Driver(connection).run(make()), until=until, bound=bound)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -848,7 +845,7 @@ class TaskWorker(TaskLogic, Runtime):
         if unfinished and release_by > time.monotonic():
             released: list[tuple[Task, Outcome]] = [(task, Release()) for task in unfinished]
             try:
-                self._report(released, until=release_by, capped_by_until=True)
+                self._report(released, until=release_by, bound=release_by - time.monotonic())
             except psycopg.Error as error:
                 log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
         while self._held() and time.monotonic() < release_by:
@@ -916,14 +913,13 @@ class TaskWorker(TaskLogic, Runtime):
         *,
         until: float,
         limit: int = 0,
-        capped_by_until: bool = False,
+        bound: float | None = None,
     ) -> list[TaskCycled]:
-        """One ``task_cycle`` call: the outcomes' results are counted and their tasks let go."""
+        """One ``task_cycle`` call (at most ``bound`` seconds, when given): the outcomes' results
+        are counted and their tasks let go."""
         self._reporting(reported)
         try:
-            rows = self._run_op(
-                lambda: self._cycle_op(reported, limit), until=until, capped_by_until=capped_by_until
-            )
+            rows = self._run_op(lambda: self._cycle_op(reported, limit), until=until, bound=bound)
         except BaseException:
             self._report_failed(reported)
             raise
@@ -1113,24 +1109,21 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],
         *,
         until: float,
-        capped_by_until: bool = False,
+        bound: float | None = None,
     ) -> R:
+        end = None if bound is None else time.monotonic() + bound
         while True:
             try:
-                async with self._connection(
-                    max(0.05, until - time.monotonic()) if capped_by_until else None
-                ) as connection:
+                async with self._connection(_left(end)) as connection:
                     return await call(connection)
             except psycopg.Error as error:
                 if not self._retry(error, until):
                     raise
                 await asyncio.sleep(0.05)
 
-    async def _run_op(self, make: Callable[[], Op[R]], *, until: float, capped_by_until: bool = False) -> R:
+    async def _run_op(self, make: Callable[[], Op[R]], *, until: float, bound: float | None = None) -> R:
         return await self._call(
-            lambda connection: AsyncDriver(connection).run(make()),
-            until=until,
-            capped_by_until=capped_by_until,
+            lambda connection: AsyncDriver(connection).run(make()), until=until, bound=bound
         )
 
     # -- life cycle ---------------------------------------------------------------
@@ -1165,7 +1158,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         if unfinished and release_by > time.monotonic():
             released: list[tuple[Task, Outcome]] = [(task, Release()) for task in unfinished]
             try:
-                await self._report(released, until=release_by, capped_by_until=True)
+                await self._report(released, until=release_by, bound=release_by - time.monotonic())
             except psycopg.Error as error:
                 log.info("%s: could not release %d tasks: %s", self.name, len(unfinished), error)
         while self._held() and time.monotonic() < release_by:
@@ -1245,13 +1238,11 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         *,
         until: float,
         limit: int = 0,
-        capped_by_until: bool = False,
+        bound: float | None = None,
     ) -> list[TaskCycled]:
         self._reporting(reported)
         try:
-            rows = await self._run_op(
-                lambda: self._cycle_op(reported, limit), until=until, capped_by_until=capped_by_until
-            )
+            rows = await self._run_op(lambda: self._cycle_op(reported, limit), until=until, bound=bound)
         except BaseException:
             self._report_failed(reported)
             raise
@@ -1386,6 +1377,11 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
 # What a processor's runner hands the dispatcher when no processor takes the task's state:
 # released at once for a worker that has one, counted as neither released nor routed.
 _ROUTED_AWAY = Release()
+
+
+def _left(end: float | None) -> float | None:
+    """Seconds left until the monotonic ``end`` (at least 50 ms), None without one."""
+    return None if end is None else max(0.05, end - time.monotonic())
 
 
 def _outcome_json(task: Task, outcome: Outcome) -> dict[str, Any]:

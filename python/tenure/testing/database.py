@@ -3,6 +3,7 @@ tables, the server's clock, and clean-up between runs."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -10,19 +11,31 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from tenure.driver import Driver
+from tenure.errors import InvalidArgument
 
 APP_ROLE = "tenure_demo_app"
 
-# One table per area for the writes the demo services fence: each row carries the
-# grant (term, epoch) under which it was written, to be checked against the history.
-SETUP_SQL = f"""
+
+def worker_login_role_sql(role: str) -> str:
+    """SQL that creates ``role`` (a plain lower-case name), a login role of tenure_worker,
+    unless it exists: roles belong to the cluster, and a database made earlier, or beside
+    this one, may have made it already."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", role):
+        raise InvalidArgument(f"not a plain lower-case role name: {role!r}")
+    return f"""
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
-        CREATE ROLE {APP_ROLE} LOGIN IN ROLE tenure_worker;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+        CREATE ROLE {role} LOGIN IN ROLE tenure_worker;
     END IF;
 END
 $$;
+"""
+
+
+# One table per area for the writes the demo services fence: each row carries the
+# grant (term, epoch) under which it was written, to be checked against the history.
+SETUP_SQL = f"""{worker_login_role_sql(APP_ROLE)}
 CREATE SCHEMA IF NOT EXISTS tenure_demo;
 GRANT USAGE ON SCHEMA tenure_demo TO {APP_ROLE};
 

@@ -27,20 +27,14 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure.testing.child import ChildProcess
+from tenure.testing.database import worker_login_role_sql
 
 ROOT = Path(__file__).resolve().parents[3]
 MEMBER = Path(__file__).resolve().parent / "upgrade_member.py"
 APP_ROLE = "tenure_rolling_app"
 KEYS = [f"k{n}" for n in range(8)]
 
-APP_SQL = f"""
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
-        CREATE ROLE {APP_ROLE} LOGIN IN ROLE tenure_worker;
-    END IF;
-END
-$$;
+APP_SQL = f"""{worker_login_role_sql(APP_ROLE)}
 CREATE SCHEMA rolling;
 GRANT USAGE ON SCHEMA rolling TO {APP_ROLE};
 CREATE TABLE rolling.term_writes (term bigint, instance_id uuid, seq bigint,
