@@ -145,7 +145,9 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 
 def csp_violations(chrome: webdriver.Chrome) -> list[str]:
-    return [e["message"] for e in chrome.get_log("browser") if "Content Security Policy" in e["message"]]
+    """The browser console's CSP complaints since the last call (reading the log empties it)."""
+    entries: list[dict[str, Any]] = chrome.get_log("browser")  # type: ignore[no-untyped-call]
+    return [str(e["message"]) for e in entries if "Content Security Policy" in str(e["message"])]
 
 
 def _follow(chrome: webdriver.Chrome, element: WebElement) -> None:
