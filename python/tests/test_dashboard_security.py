@@ -316,6 +316,7 @@ def test_the_command_exposes_the_dashboard_only_as_told(
         ("0.0.0.0:0", "--allow-remote"): "only with a token (--token or $TENURE_DASHBOARD_TOKEN)",
         ("127.0.0.1:0", "--token", "short-token"): "token is 11 characters long: it must have at least 16",
         ("0.0.0.0:0", "--allow-remote", "--token", "a"): "token is 1 characters long",
+        ("127.0.0.1:0", "--allow-host", "dash.example:443"): "not a host name or address the Host",
     }
     for words, message in refusals.items():
         assert cli_main([*command, *words]) == 2, words

@@ -265,6 +265,7 @@ class Dashboard:
 
     def __post_init__(self) -> None:
         security.check_token(self.settings.token)
+        security.host_names(self.settings.hosts)  # refused here, before anything is opened
         if self.settings.session_lifetime <= timedelta(0):
             raise InvalidConfiguration(
                 f"the session lifetime must be positive, got {self.settings.session_lifetime}"

@@ -39,6 +39,7 @@ HEADERS = {
     "referrer-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
 }
+_HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
 _COOKIE = re.compile(r"([A-Za-z0-9_-]{16,64})\.([0-9]{1,12})\.([0-9a-f]{64})")
 
 
@@ -192,7 +193,15 @@ def retry_after(seconds: float) -> str:
 
 def host_names(names: Iterable[str]) -> list[str]:
     """Names as the Host header carries them: an IPv6 address in brackets, lower case."""
-    return [f"[{name}]" if ":" in name and not name.startswith("[") else name.lower() for name in names]
+    found = []
+    for name in names:
+        if not _HOST_NAME.fullmatch(name):
+            raise InvalidConfiguration(
+                f"not a host name or address the Host header may carry: {name[:100]!r} "
+                "(a name such as dashboard.example.org, an IPv4 or IPv6 address, no port)"
+            )
+        found.append(f"[{name}]" if ":" in name and not name.startswith("[") else name.lower())
+    return found
 
 
 class Guard:

@@ -41,6 +41,8 @@ def exposed(host: str, settings: Settings, *, allow_remote: bool) -> Settings:
                 f"the dashboard listens on {host}, beyond this machine, only with a token "
                 "(--token or $TENURE_DASHBOARD_TOKEN)"
             )
+    if host in ("0.0.0.0", "::"):  # every address: the names it is reached by come from --allow-host
+        return settings
     return dataclasses.replace(settings, hosts=(*settings.hosts, host))
 
 
