@@ -7,6 +7,7 @@ refused without the token or without the CSRF field, and what users name is esca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -37,7 +38,7 @@ from tenure.testing import procs
 from tenure.testing.database import APP_ROLE
 
 EVIL = "<script>alert(1)</script>"
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-operator"
 PAGES = ("/", "/heartbeat", "/replicas", "/claims", "/tasks", "/batches", "/schedules")
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -112,8 +113,9 @@ def dashboard(app_conninfo: str, workload: Workload) -> Iterator[DashboardServer
         yield server
 
 
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
+@contextlib.contextmanager
+def chromium() -> Iterator[webdriver.Chrome]:
+    """Debian's chromium, headless, its console kept (CSP violations show there)."""
     missing = procs.missing_programs(CHROMIUM, CHROMEDRIVER)
     if missing:
         message = f"{', '.join(missing)} missing: run scripts/install-deps.sh"
@@ -124,6 +126,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     options.binary_location = CHROMIUM  # set explicitly: Selenium Manager must not download a browser
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1400"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # Chromium leaves an org.chromium.Chromium.* folder in its TMPDIR after quit(): keep it in one
     # that goes with the test.
     with tempfile.TemporaryDirectory(prefix="tenure-test-chromium-") as scratch:
@@ -133,6 +136,18 @@ def browser() -> Iterator[webdriver.Chrome]:
             yield chrome
         finally:
             chrome.quit()
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    with chromium() as chrome:
+        yield chrome
+
+
+def csp_violations(chrome: webdriver.Chrome) -> list[str]:
+    """The browser console's CSP complaints since the last call (reading the log empties it)."""
+    entries: list[dict[str, Any]] = chrome.get_log("browser")  # type: ignore[no-untyped-call]
+    return [str(e["message"]) for e in entries if "Content Security Policy" in str(e["message"])]
 
 
 def _follow(chrome: webdriver.Chrome, element: WebElement) -> None:
@@ -168,6 +183,7 @@ def test_every_page_opens_in_a_browser_with_names_as_text(
         assert not browser.find_elements(By.CSS_SELECTOR, "main script"), (
             f"{path}: a script element in the page"
         )
+        assert not csp_violations(browser), path
     # Each hostile name shows as text where it is named, and no script runs.
     expected = {
         "/heartbeat": "#types",
@@ -220,7 +236,7 @@ def test_actions_are_refused_without_the_token_or_the_csrf_field(
     dashboard: DashboardServer, workload: Workload, admin: psycopg.Connection[Any], app_conninfo: str
 ) -> None:
     form = {"id": str(workload.dead_task)}
-    with httpx.Client(base_url=dashboard.url) as client:
+    with httpx.Client(base_url=dashboard.url, headers={"Origin": dashboard.url}) as client:
         refused = client.post("/actions/task-requeue", data=form)
         assert refused.status_code == 403 and "sign in" in refused.text
         assert (

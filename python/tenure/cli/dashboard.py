@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import timedelta
 
 from tenure.cli.common import Command, address
 
@@ -25,11 +26,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         return 2
     host, port = args.http
     token = args.token or os.environ.get(TOKEN_VARIABLE) or None
-    if not is_loopback(host) and token is None:
-        print(f"tenure: serving {host} beyond this machine, read-only (no --token)", file=sys.stderr)
     where = f"[{host}]" if ":" in host else host
-
     mode = "actions with the token" if token else "read-only"
+    if not is_loopback(host):
+        mode += "; beyond this machine: the token travels in clear unless a TLS proxy is in front"
 
     def announce() -> None:
         print(
@@ -37,8 +37,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    settings = Settings(token=token, refresh=args.refresh, allow_privileged_role=args.allow_privileged_role)
-    serve(args.db, host=host, port=port, settings=settings, announce=announce)
+    settings = Settings(
+        token=token,
+        refresh=args.refresh,
+        allow_privileged_role=args.allow_privileged_role,
+        session_lifetime=timedelta(seconds=args.session_lifetime),
+        hosts=tuple(args.allow_host),
+    )
+    serve(args.db, host=host, port=port, settings=settings, allow_remote=args.allow_remote, announce=announce)
     return 0
 
 
@@ -52,6 +58,16 @@ def _refresh(text: str) -> float:
     return seconds
 
 
+def _lifetime(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 1 <= seconds <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"expected 1 to 604800 seconds, got {text!r}")
+    return seconds
+
+
 def register(command: Command) -> None:
     dashboard = command("dashboard", "web pages of primaries, replicas, claims, tasks, batches and schedules")
     dashboard.add_argument(
@@ -59,12 +75,33 @@ def register(command: Command) -> None:
         type=address,
         default=("127.0.0.1", 8080),
         metavar="HOST:PORT",
-        help="where to listen (127.0.0.1:8080; loopback unless told otherwise)",
+        help="where to listen (127.0.0.1:8080; beyond loopback only with --allow-remote and a token)",
+    )
+    dashboard.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen on an address beyond loopback (needs a token; the token and the pages travel in "
+        "clear over HTTP: put a TLS proxy in front, see docs/dashboard.md)",
+    )
+    dashboard.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the Host header may carry besides localhost, 127.0.0.1, ::1 and the --http host "
+        "(the name a proxy or the operators use; repeat for more); any other Host gets HTTP 400",
     )
     dashboard.add_argument(
         "--token",
-        help=f"allow operator actions to whoever signs in with it (else ${TOKEN_VARIABLE}; "
-        "without one the dashboard is read-only)",
+        help=f"allow operator actions to whoever signs in with it, 16 characters at least (better: "
+        f"${TOKEN_VARIABLE}, which ps does not show; without one the dashboard is read-only)",
+    )
+    dashboard.add_argument(
+        "--session-lifetime",
+        type=_lifetime,
+        default=14400.0,
+        metavar="SECONDS",
+        help="how long a sign-in lasts (14400: 4 hours); signing out ends it at once",
     )
     dashboard.add_argument(
         "--refresh",

@@ -4,7 +4,9 @@ One page per area (overview, heartbeat, replicas, claims, tasks, batches, schedu
 also as JSON at the same path. ``data`` gathers what a page shows, one function per area
 in one read-only snapshot; ``charts`` draws its timelines and rates as inline SVG;
 ``app`` is the Starlette application (pages, sign-in, the operator actions behind a token
-with CSRF protection); ``server`` runs it under uvicorn. The dashboard reads only views
+with CSRF protection); ``security`` keeps sign-in and actions to the operator (sessions
+that end, same-origin posts, throttled sign-in, the Host check, the security headers);
+``server`` runs it under uvicorn, on loopback unless told otherwise. The dashboard reads only views
 and calls only public functions, so a role that is a member of ``tenure_worker`` is all
 it needs. It imports the core and nothing above it.
 """

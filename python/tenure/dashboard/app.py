@@ -1,19 +1,20 @@
 """The Starlette application: one route per page (HTML, or JSON at the same path with
 ``Accept: application/json`` or ``?format=json``), and the operator actions behind a token.
 
-Actions exist only when the dashboard was started with a token. An operator signs in
-once with it (a cookie holding a random nonce and its HMAC under the token, HttpOnly,
-SameSite=Strict); every action then needs that cookie, still valid under the current
-token, and the CSRF field of its form (another HMAC of the same nonce). A script may
-send ``Authorization: Bearer <token>`` instead. Every action goes through a confirmation
-page first, and bad input is refused with a message before anything is called.
+Actions exist only when the dashboard was started with a token (16 characters at least).
+An operator signs in once with it (a cookie holding a session id and its issue time under
+an HMAC of the token, HttpOnly, SameSite=Strict; see :mod:`tenure.dashboard.security`);
+every action then needs that session, neither expired nor signed out, the CSRF field of
+its form (another HMAC of the session id) and a same-origin ``Origin`` or
+``Sec-Fetch-Site``. A script may send ``Authorization: Bearer <token>`` instead. Every
+action goes through a confirmation page first, and bad input is refused with a message
+before anything is called. Wrong tokens are throttled per client address.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,12 +34,13 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp
 
 from tenure.connect import connection_options
-from tenure.dashboard import charts, data
+from tenure.dashboard import charts, data, security
 from tenure.dashboard.role import check_role
 from tenure.driver import Driver
-from tenure.errors import TenureError
+from tenure.errors import InvalidConfiguration, TenureError
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "tenure_dashboard"
@@ -50,12 +52,17 @@ class Settings:
     """``token``: actions are possible only with one; ``refresh``: seconds between page reloads
     (0: never); ``window``: the span of the charts unless a page asks for another;
     ``allow_privileged_role``: start even when the database role is a superuser or may write
-    tenure's tables directly (see :func:`tenure.dashboard.role.check_role`)."""
+    tenure's tables directly (see :func:`tenure.dashboard.role.check_role`);
+    ``session_lifetime``: how long a sign-in lasts; ``hosts``: the names (or addresses) a
+    request's ``Host`` may carry besides localhost, 127.0.0.1 and ::1 (the server adds the
+    one it listens on)."""
 
     token: str | None = None
     refresh: float = 5.0
     window: timedelta = DEFAULT_WINDOW
     allow_privileged_role: bool = False
+    session_lifetime: timedelta = security.DEFAULT_SESSION_LIFETIME
+    hosts: tuple[str, ...] = ()
 
 
 def plain(value: Any) -> Any:
@@ -257,6 +264,14 @@ class Dashboard:
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
+        security.check_token(self.settings.token)
+        security.host_names(self.settings.hosts)  # refused here, before anything is opened
+        if self.settings.session_lifetime <= timedelta(0):
+            raise InvalidConfiguration(
+                f"the session lifetime must be positive, got {self.settings.session_lifetime}"
+            )
+        self.sessions = security.Sessions(self.settings.token or "", self.settings.session_lifetime)
+        self.throttle = security.SignInThrottle()
         if not self.settings.allow_privileged_role:
             check_role(self.conninfo)
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -275,7 +290,7 @@ class Dashboard:
         environment.globals.update(timeline=charts.timeline, bars=charts.bars, colour=charts.colour)
         environment.filters.update(age=_age, short=_short, when=_when)
         self.templates = Jinja2Templates(env=environment)
-        self.app = Starlette(
+        self.app: ASGIApp = Starlette(
             routes=[
                 Route("/", self.page(data.overview, "overview.html")),
                 Route("/heartbeat", self.page(data.heartbeat, "heartbeat.html")),
@@ -292,6 +307,7 @@ class Dashboard:
             ],
             exception_handlers={404: self.not_found},
         )
+        self.app = security.Guard(self.app, hosts=self.settings.hosts)
 
     def close(self) -> None:
         self.pool.close()
@@ -315,7 +331,7 @@ class Dashboard:
                 "settings": self.settings,
                 "actions": self.settings.token is not None,
                 "signed_in": session is not None,
-                "csrf": self._csrf(session) if session else "",
+                "csrf": self.sessions.csrf(session) if session else "",
                 "flash": request.query_params.get("flash", ""),
                 "flash_ok": request.query_params.get("ok", "1") == "1",
                 "refresh": 0,  # only the pages that show data reload themselves
@@ -380,21 +396,11 @@ class Dashboard:
 
     # --- signing in ---
 
-    def _sign(self, purpose: str, nonce: str) -> str:
-        assert self.settings.token is not None
-        return hmac.new(self.settings.token.encode(), f"{purpose}:{nonce}".encode(), "sha256").hexdigest()
-
     def _session(self, request: Request) -> str | None:
-        """The nonce of a valid sign-in cookie, else None."""
+        """The id of a valid, live session from the sign-in cookie, else None."""
         if self.settings.token is None:
             return None
-        nonce, _, mac = request.cookies.get(COOKIE, "").partition(".")
-        if nonce and hmac.compare_digest(mac, self._sign("session", nonce)):
-            return nonce
-        return None
-
-    def _csrf(self, nonce: str) -> str:
-        return self._sign("csrf", nonce)
+        return self.sessions.check(request.cookies.get(COOKIE, ""))
 
     def _bearer(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -410,18 +416,47 @@ class Dashboard:
         target = _local(request.query_params.get("next", "/"))
         if request.method == "GET":
             return self.render(request, "login.html", {"next": target, "wrong": False})
+        refused = security.cross_origin(request.headers, cookie_based=False)
+        if refused is not None:
+            return self.error(request, 403, refused)
+        address = request.client.host if request.client else ""
+        wait = self.throttle.wait(address)
+        if wait > 0:
+            response = self.error(
+                request, 429, f"too many wrong tokens from {address}: try again in {wait:.0f} s"
+            )
+            response.headers["retry-after"] = security.retry_after(wait)
+            return response
         form = await request.form()
         given = str(form.get("token", ""))
         if not hmac.compare_digest(given.encode(), self.settings.token.encode()):
+            self.throttle.failed(address)
             return self.render(request, "login.html", {"next": target, "wrong": True}, status_code=403)
-        nonce = secrets.token_urlsafe(24)
+        self.throttle.succeeded(address)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
-            COOKIE, f"{nonce}.{self._sign('session', nonce)}", httponly=True, samesite="strict", path="/"
+            COOKIE,
+            self.sessions.issue(),
+            max_age=int(self.settings.session_lifetime.total_seconds()),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
         )
         return response
 
     async def logout(self, request: Request) -> Response:
+        refused = security.cross_origin(request.headers, cookie_based=True)
+        if refused is not None:
+            return self.error(request, 403, refused)
+        session = self._session(request)
+        if session is not None:
+            form = await request.form()
+            if not self.sessions.csrf_matches(session, str(form.get("csrf", ""))):
+                return self.error(
+                    request, 403, "refused: the form's CSRF token is missing or wrong; reload the page"
+                )
+            self.sessions.revoke(session)
         response = RedirectResponse("/", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -454,10 +489,14 @@ class Dashboard:
             )
         form = await request.form()
         params = {k: str(form[k]) for k in action.fields if k in form}
-        if not self._bearer(request):
+        bearer = self._bearer(request)
+        refused = security.cross_origin(request.headers, cookie_based=not bearer)
+        if refused is not None:
+            return self.error(request, 403, refused)
+        if not bearer:
             if session is None:
                 return self.error(request, 403, "refused: sign in with the dashboard's token first")
-            if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self._csrf(session).encode()):
+            if not self.sessions.csrf_matches(session, str(form.get("csrf", ""))):
                 return self.error(
                     request, 403, "refused: the form's CSRF token is missing or wrong; reload the page"
                 )

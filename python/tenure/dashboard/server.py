@@ -4,6 +4,7 @@ thread (tests, embedding) and :func:`serve` in the foreground until a signal (th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import threading
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Self
 import uvicorn
 
 from tenure.dashboard.app import Dashboard, Settings
+from tenure.errors import InvalidConfiguration
 
 
 def is_loopback(host: str) -> bool:
@@ -24,14 +26,41 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def exposed(host: str, settings: Settings, *, allow_remote: bool) -> Settings:
+    """``settings`` for a dashboard listening on ``host``, which its ``Host`` header may name.
+    Beyond loopback only when ``allow_remote`` says so, and then only with a token: the
+    pages show every task's data and errors to whoever reaches them."""
+    if not is_loopback(host):
+        if not allow_remote:
+            raise InvalidConfiguration(
+                f"the dashboard listens on {host}, beyond this machine, only with --allow-remote "
+                "(and a token; put it behind a TLS proxy: the token travels in clear over HTTP)"
+            )
+        if settings.token is None:
+            raise InvalidConfiguration(
+                f"the dashboard listens on {host}, beyond this machine, only with a token "
+                "(--token or $TENURE_DASHBOARD_TOKEN)"
+            )
+    if host in ("0.0.0.0", "::"):  # every address: the names it is reached by come from --allow-host
+        return settings
+    return dataclasses.replace(settings, hosts=(*settings.hosts, host))
+
+
 class DashboardServer:
     """The dashboard over ``conninfo`` at http://HOST:PORT/ on a background thread while
-    the ``with`` block runs; port 0 takes a free port (see :attr:`url`)."""
+    the ``with`` block runs; port 0 takes a free port (see :attr:`url`). A host beyond
+    loopback needs ``allow_remote`` and a token (see :func:`exposed`)."""
 
     def __init__(
-        self, conninfo: str, *, host: str = "127.0.0.1", port: int = 0, settings: Settings | None = None
+        self,
+        conninfo: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        settings: Settings | None = None,
+        allow_remote: bool = False,
     ) -> None:
-        self.dashboard = Dashboard(conninfo, settings or Settings())
+        self.dashboard = Dashboard(conninfo, exposed(host, settings or Settings(), allow_remote=allow_remote))
         config = uvicorn.Config(self.dashboard.app, host=host, port=port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name="tenure dashboard", daemon=True)
@@ -66,11 +95,18 @@ class DashboardServer:
 
 
 def serve(
-    conninfo: str, *, host: str, port: int, settings: Settings, announce: Callable[[], None] | None = None
+    conninfo: str,
+    *,
+    host: str,
+    port: int,
+    settings: Settings,
+    allow_remote: bool = False,
+    announce: Callable[[], None] | None = None,
 ) -> None:
     """Serve in the foreground until SIGINT or SIGTERM (uvicorn's own handlers). ``announce``
-    runs once the dashboard has checked its role and connected, before it listens."""
-    dashboard = Dashboard(conninfo, settings)
+    runs once the dashboard has checked its role and connected, before it listens. A host
+    beyond loopback needs ``allow_remote`` and a token (see :func:`exposed`)."""
+    dashboard = Dashboard(conninfo, exposed(host, settings, allow_remote=allow_remote))
     try:
         if announce is not None:
             announce()
