@@ -172,7 +172,7 @@ def test_every_area_keeps_its_guarantees_under_partitions(
     with netns.namespaces(len(roster)) as (server, clients), forwarder(server, upstream) as port:
         ledger_server = netns.in_namespace(server, lambda: LedgerServer(ledger, host="0.0.0.0"))
         # A client cut by resets leaves answers unsent (BrokenPipeError): nothing to print.
-        ledger_server.http.handle_error = lambda request, address: None  # type: ignore[method-assign]
+        ledger_server.http.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
         threading.Thread(target=ledger_server.http.serve_forever, daemon=True).start()
         ledger_port = ledger_server.http.server_address[1]
         by_name: dict[str, tuple[str, ChildProcess, str]] = {}
