@@ -194,7 +194,12 @@ def test_every_area_keeps_its_guarantees_under_partitions(
         ]
         try:
             for child in children:
-                child.wait_for_output('"event": "started"', 30)
+                try:
+                    child.wait_for_output('"event": "started"', 30)
+                except TimeoutError as error:
+                    raise AssertionError(
+                        f"{error}\nthe server's namespace:\n{netns.describe(server)}"
+                    ) from None
             for thread in producers:
                 thread.start()
             wait(lambda: driver.get_primary(failover.UTYPE) is not None, 20, "no primary elected")

@@ -134,3 +134,12 @@ def heal(namespace: str) -> None:
     subprocess.run(
         [*exec_in(namespace), "nft", "delete", "table", "inet", TABLE], check=False, capture_output=True
     )
+
+
+def describe(namespace: str) -> str:
+    """The addresses, listening TCP sockets and nftables rules of ``namespace``, for a failure report."""
+    shown = []
+    for command in (["ip", "-brief", "addr"], ["ss", "-ltn"], ["nft", "list", "ruleset"]):
+        done = subprocess.run([*exec_in(namespace), *command], capture_output=True, text=True, check=False)
+        shown.append(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+    return "\n".join(shown)
