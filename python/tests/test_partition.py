@@ -78,8 +78,9 @@ class Fault:
     kind: str
     trial: int
     victims: dict[str, ChildProcess]  # area -> the client cut
-    cut_at: float = 0.0
-    healed_at: float = 0.0
+    # per area, when the fault was in place (its nft command returned), and when it was gone
+    cut_at: dict[str, float] = field(default_factory=dict)
+    healed_at: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -207,13 +208,13 @@ def test_every_area_keeps_its_guarantees_under_partitions(
             time.sleep(2.0)
             for trial, kind in itertools.product(range(TRIALS), FAULTS):
                 fault = Fault(kind, trial, victims=choose_victims(driver, by_name, trial))
-                fault.cut_at = time.monotonic()
-                for child in fault.victims.values():
+                for area, child in fault.victims.items():
                     netns.cut(namespace_of(by_name, child), kind)
+                    fault.cut_at[area] = time.monotonic()
                 time.sleep(CUT)
-                fault.healed_at = time.monotonic()
-                for child in fault.victims.values():
+                for area, child in fault.victims.items():
                     netns.heal(namespace_of(by_name, child))
+                    fault.healed_at[area] = time.monotonic()
                 faults.append(fault)
                 time.sleep(SETTLE)
         finally:
@@ -369,19 +370,20 @@ def measure(
     for fault in faults:
         for area, child in fault.victims.items():
             seen = child.events()
-            during = [e for e in seen if fault.cut_at <= e["mono"] < fault.healed_at]
+            cut_at, healed_at = fault.cut_at[area], fault.healed_at[area]
+            during = [e for e in seen if cut_at <= e["mono"] < healed_at]
             lost = [e for e in during if e["event"] == "lost"]
             if lost:
                 key = (area, fault.kind)
-                figures.step_down.setdefault(key, []).append(lost[0]["mono"] - fault.cut_at)
+                figures.step_down.setdefault(key, []).append(lost[0]["mono"] - cut_at)
                 figures.late.setdefault(key, []).extend(late for e, late in lateness(seen) if e in lost)
-            held = holding(area, seen, fault.cut_at)
+            held = holding(area, seen, cut_at)
             if fault.kind != "loss" and held - {str(e.get("task")) for e in during if e["event"] in ENDS}:
                 problems.append(f"{area} cut by {fault.kind} (trial {fault.trial}) held on through the cut")
             back_event = "lease" if area == "worker" else "contact"
-            back = [e["mono"] for e in seen if e["event"] == back_event and e["mono"] >= fault.healed_at]
+            back = [e["mono"] for e in seen if e["event"] == back_event and e["mono"] >= healed_at]
             if back:
-                figures.back.setdefault((area, fault.kind), []).append(back[0] - fault.healed_at)
+                figures.back.setdefault((area, fault.kind), []).append(back[0] - healed_at)
             else:
                 problems.append(
                     f"{area} cut by {fault.kind} (trial {fault.trial}) never reached the database again"
