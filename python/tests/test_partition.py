@@ -357,8 +357,8 @@ def measure(
     safe window, the client's first database round trip after the heal); and the violations:
     a loss callback (or a worker's processor still holding its task) later than the end of
     the safe window of the last renewal plus SLACK, anywhere in the run; a holder cut off
-    by a blackhole or resets that did not step down before the heal; a client that never
-    reached the database again."""
+    by a blackhole or resets that did not step down before the heal, or later than its
+    safe window after the cut plus SLACK; a client that never reached the database again."""
     figures, problems = Figures(), []
     for area, child, _ in by_name.values():
         for event, late in lateness(child.events()):
@@ -375,7 +375,13 @@ def measure(
             lost = [e for e in during if e["event"] == "lost"]
             if lost:
                 key = (area, fault.kind)
-                figures.step_down.setdefault(key, []).append(lost[0]["mono"] - cut_at)
+                took = lost[0]["mono"] - cut_at
+                figures.step_down.setdefault(key, []).append(took)
+                if fault.kind != "loss" and took > SAFE_WINDOW[area] + SLACK:
+                    problems.append(
+                        f"{area} cut by {fault.kind} (trial {fault.trial}) stepped down {took:.3f} s after "
+                        f"the cut, over its safe window {SAFE_WINDOW[area]} s + {SLACK} s"
+                    )
                 figures.late.setdefault(key, []).extend(late for e, late in lateness(seen) if e in lost)
             held = holding(area, seen, cut_at)
             if fault.kind != "loss" and held - {str(e.get("task")) for e in during if e["event"] in ENDS}:
