@@ -20,7 +20,7 @@ SHELL := /bin/bash
 export PG_BIN ?= /usr/lib/postgresql/15/bin
 export PATH := $(PG_BIN):$(PATH)
 
-.PHONY: all deps peers releases test demo bench fuzz clean docs
+.PHONY: all deps peers releases test demo bench fuzz partition clean docs
 all: test
 
 deps:
@@ -49,6 +49,12 @@ FUZZ_EXAMPLES ?= 12000
 MODEL_EXAMPLES ?= 1000
 fuzz: deps
 	scripts/with-cluster.sh bash -c 'cd python && TENURE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TENURE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) ../.venv/bin/pytest tests/test_contract_fuzz.py tests/test_batch_model.py'
+
+# the partition campaign: every area cut by a blackhole, 30% loss and TCP resets,
+# PARTITION_TRIALS rounds (make test runs 1); prints the figures table (docs/operations.md)
+PARTITION_TRIALS ?= 10
+partition: deps
+	scripts/with-cluster.sh bash -c 'cd python && PARTITION_TRIALS=$(PARTITION_TRIALS) ../.venv/bin/pytest -s tests/test_partition.py'
 
 # docs/sql-reference.md from the COMMENT ON texts of a fresh deploy (make test fails when it is stale)
 docs: deps

@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from types import TracebackType
+
+from tenure.testing.netns import in_namespace
 
 
 class PausingProxy:
@@ -17,7 +20,7 @@ class PausingProxy:
         self, upstream_host: str, upstream_port: int, *, listener: socket.socket | None = None
     ) -> None:
         """Listens on a free port of 127.0.0.1, or on ``listener`` (one of another network
-        namespace: test_partition_stop)."""
+        namespace: :func:`forwarder`)."""
         self.upstream = (upstream_host, upstream_port)
         self._listener = listener or socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -77,3 +80,12 @@ class PausingProxy:
         self._listener.close()
         for sock in self._sockets:
             sock.close()
+
+
+@contextlib.contextmanager
+def forwarder(namespace: str, upstream: tuple[str, int]) -> Iterator[int]:
+    """Forward connections to the port yielded, listening on every address of network
+    ``namespace`` (test_partition, test_partition_stop), to ``upstream``."""
+    listener = in_namespace(namespace, lambda: socket.create_server(("0.0.0.0", 0)))
+    with PausingProxy(*upstream, listener=listener) as proxy:
+        yield proxy.port

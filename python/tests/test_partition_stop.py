@@ -16,26 +16,20 @@ renewal, each plus a stated slack.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
-import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proxy import PausingProxy
+from proxy import forwarder
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure import Driver
+from tenure.testing import netns
 
 INTERVAL, TIMEOUT = 0.5, 2.0
 GRACE = TIMEOUT - INTERVAL  # stop()'s default grace: the safe window T - I
@@ -47,85 +41,11 @@ STOP_BOUND = {"tasks": 3.0 + 2.0, "release": 0.5 + 2.0}
 # Scheduling on a loaded two-core machine (five helpers' tests at once) adds to every bound.
 SLACK = 0.25
 APP = Path(__file__).with_name("stop_app.py")
-CLONE_NEWNET = 0x40000000
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("nft")),
+    not netns.available(),
     reason="needs root, ip and nft (scripts/install-deps.sh installs nftables)",
 )
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-@contextlib.contextmanager
-def namespaces(count: int) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """A server namespace and ``count`` client namespaces, each joined to it by a veth pair
-    of its own; yields their names with the server's address as each client sees it. All
-    are deleted afterwards (and with them their veths and nftables tables)."""
-    tag = f"{os.getpid() % 100000}"
-    server = f"tn-srv-{tag}"
-    clients = [f"tn-cli-{tag}-{n}" for n in range(count)]
-    subnet = f"10.254.{os.getpid() % 250}"
-    try:
-        ip("netns", "add", server)
-        ip("-n", server, "link", "set", "lo", "up")
-        for n, client in enumerate(clients):
-            ip("netns", "add", client)
-            ip("-n", server, "link", "add", f"vs{n}", "type", "veth", "peer", "name", "vc", "netns", client)
-            for namespace, device, address in ((server, f"vs{n}", 4 * n + 1), (client, "vc", 4 * n + 2)):
-                ip("-n", namespace, "addr", "add", f"{subnet}.{address}/30", "dev", device)
-                ip("-n", namespace, "link", "set", device, "up")
-            ip("-n", client, "link", "set", "lo", "up")
-        yield server, [(client, f"{subnet}.{4 * n + 1}") for n, client in enumerate(clients)]
-    finally:
-        for namespace in [*clients, server]:
-            subprocess.run(["ip", "netns", "del", namespace], check=False, capture_output=True)
-
-
-def listener_in(namespace: str) -> socket.socket:
-    """A listening TCP socket of ``namespace`` (made on a thread that joins it, so this
-    process stays in its own): a socket keeps the namespace it was made in."""
-    made: list[socket.socket | BaseException] = []
-
-    def make() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/var/run/netns/{namespace}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns")
-            finally:
-                os.close(fd)
-            made.append(socket.create_server(("0.0.0.0", 0)))
-        except BaseException as error:
-            made.append(error)
-
-    thread = threading.Thread(target=make)
-    thread.start()
-    thread.join()
-    if isinstance(made[0], BaseException):
-        raise made[0]
-    return made[0]
-
-
-@contextlib.contextmanager
-def forwarder(namespace: str, upstream: tuple[str, int]) -> Iterator[int]:
-    """Forward connections to the listening port yielded, in ``namespace``, to ``upstream``."""
-    with PausingProxy(*upstream, listener=listener_in(namespace)) as proxy:
-        yield proxy.port
-
-
-def cut(namespace: str) -> None:
-    """Drop every packet in and out of ``namespace``: a blackhole, no reset, no refusal."""
-    rules = (
-        "table inet tenure_cut {\n"
-        " chain input { type filter hook input priority 0; policy drop; }\n"
-        " chain output { type filter hook output priority 0; policy drop; }\n"
-        "}\n"
-    )
-    subprocess.run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], input=rules, text=True, check=True)
 
 
 def events(log: Path) -> list[dict[str, Any]]:
@@ -183,22 +103,22 @@ def test_stops_while_cut_off_keep_their_bounds(app_conninfo: str, admin: Any, tm
     children: dict[str, tuple[subprocess.Popen[str], Path, str]] = {}
     terminated: dict[str, float] = {}
     stopped: dict[str, dict[str, Any]] = {}
-    with namespaces(len(CASES)) as (server, clients), forwarder(server, upstream) as port:
+    with netns.namespaces(len(CASES)) as (server, clients), forwarder(server, upstream) as port:
         try:
-            for (kind, flavour), (client, address) in zip(CASES, clients, strict=True):
+            for (kind, flavour), client in zip(CASES, clients, strict=True):
                 log = tmp_path / f"{kind}-{flavour}.log"
-                conninfo = make_conninfo(app_conninfo, host=address, port=port)
+                conninfo = make_conninfo(app_conninfo, host=client.server_address, port=port)
                 name = "cut" if kind == "claimer" else f"cut-{kind}-{flavour}"
                 argv = [sys.executable, str(APP), conninfo, name, str(log), kind, flavour]
                 child = subprocess.Popen(
-                    ["ip", "netns", "exec", client, *argv], stderr=subprocess.PIPE, text=True
+                    [*netns.exec_in(client.namespace), *argv], stderr=subprocess.PIPE, text=True
                 )
-                children[f"{kind} {flavour}"] = (child, log, client)
+                children[f"{kind} {flavour}"] = (child, log, client.namespace)
             for child, log, _ in children.values():
                 wait_for(log, "gained", child, 30)
             time.sleep(3 * INTERVAL)  # a few renewals through the veths
-            for _, _, client in children.values():
-                cut(client)
+            for _, _, namespace in children.values():
+                netns.cut(namespace, "blackhole")
             # One renewal of each is sure to be in flight into the blackhole when SIGTERM comes.
             time.sleep(INTERVAL + 0.1)
             for case, (child, _, _) in children.items():

@@ -480,7 +480,8 @@ class TaskLogic:
 
     def _expire_leases(self) -> float:
         """Lose every task past its safe window; the seconds until the next one ends (at most
-        the safe window: a task leased later ends later, an extension only moves an end on)."""
+        the safe window; an extension only moves an end on, but a lease answered late ends
+        sooner than that: the shells wake their watchdog at each new lease)."""
         now = time.monotonic()
         earliest = now + self.safe_window
         for task in self._held():
@@ -747,6 +748,7 @@ class TaskWorker(TaskLogic, Runtime):
         self._stopping = threading.Event()  # no more new tasks (the listener's flag)
         self._closing = threading.Event()  # no more leases kept either (wakes waits)
         self._watch_ended = threading.Event()  # the lease watchdog's end, at the very end of stop()
+        self._new_leases = threading.Event()  # wakes the lease watchdog: a new lease may end sooner
         self._threads: dict[str, threading.Thread] = {}
         self._deadlines = Deadlines(f"tasks {self.name}")
         self._pool = ConnectionPool(
@@ -861,6 +863,7 @@ class TaskWorker(TaskLogic, Runtime):
                 thread.join(max(0.0, release_by - time.monotonic()))
         close_pool_by(self._pool, release_by)
         self._watch_ended.set()
+        self._new_leases.set()
         self._threads["watchdog"].join(max(0.0, release_by - time.monotonic()))
         self._threads.clear()
         self._deadlines.close()
@@ -904,7 +907,10 @@ class TaskWorker(TaskLogic, Runtime):
             return
         sent = time.monotonic()
         rows = self._report(reported, until=self._report_until(reported, sent), limit=limit)
-        for task in self._leased(rows, limit, sent):
+        leased = self._leased(rows, limit, sent)
+        if leased:
+            self._new_leases.set()
+        for task in leased:
             self._ready.put(task)
 
     def _report(
@@ -978,8 +984,9 @@ class TaskWorker(TaskLogic, Runtime):
     def _watch_leases(self) -> None:
         """At the end of each task's safe window, if no extension moved it on, the task is lost
         (``task.lost`` set, followers told) then, not at the extender's next round."""
-        while not self._watch_ended.wait(self._expire_leases()):
-            pass
+        while not self._watch_ended.is_set():
+            self._new_leases.clear()
+            self._new_leases.wait(self._expire_leases())
 
     # -- running processors ------------------------------------------------------------
 
@@ -1053,6 +1060,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
     ) -> None:
         super().__init__(conninfo, processors, **options)
         self._wake = asyncio.Event()
+        self._new_leases = asyncio.Event()  # wakes the lease watchdog: a new lease may end sooner
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._runners: set[asyncio.Task[None]] = set()
         self._processing: dict[uuid.UUID, asyncio.Task[None]] = {}  # runners inside their processor
@@ -1227,7 +1235,10 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             return
         sent = time.monotonic()
         rows = await self._report(reported, until=self._report_until(reported, sent), limit=limit)
-        for task in self._leased(rows, limit, sent):
+        leased = self._leased(rows, limit, sent)
+        if leased:
+            self._new_leases.set()
+        for task in leased:
             runner = asyncio.create_task(self._process(task), name=f"tenure-task-{task.id}")
             self._runners.add(runner)
             runner.add_done_callback(self._runners.discard)
@@ -1305,7 +1316,9 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         and its processor cancelled then, not at the extender's next round; until the end of
         stop(), which cancels it last."""
         while True:
-            await asyncio.sleep(self._expire_leases())
+            self._new_leases.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_leases.wait(), self._expire_leases())
 
     # -- running processors ------------------------------------------------------------------
 
