@@ -312,7 +312,12 @@ class Dashboard:
                 Route("/actions/{name}", self.action, methods=["GET", "POST"]),
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
             ],
-            exception_handlers={404: self.not_found, PoolTimeout: self.busy, TooManyRequests: self.busy},
+            exception_handlers={
+                404: self.not_found,
+                PoolTimeout: self.busy,
+                TooManyRequests: self.busy,
+                psycopg.errors.QueryCanceled: self.busy,
+            },
         )
         self.app = security.Guard(self.app, hosts=self.settings.hosts)
 
@@ -356,7 +361,12 @@ class Dashboard:
         return self.render(
             request,
             "error.html",
-            {"message": message, "status": status_code, "busy": busy, "refresh": self.settings.refresh if busy else 0},
+            {
+                "message": message,
+                "status": status_code,
+                "busy": busy,
+                "refresh": self.settings.refresh if busy else 0,
+            },
             status_code=status_code,
         )
 
@@ -412,9 +422,15 @@ class Dashboard:
         return self.error(request, 404, f"no page at {request.url.path}")
 
     def busy(self, request: Request, exc: Exception) -> Response:
-        """Every connection of the pool is taken and enough requests wait for one: 503, and
-        the page's reload backs off (refresh.js) instead of piling on."""
-        response = self.error(request, 503, f"busy: every database connection is in use; retry in {RETRY_AFTER} s")
+        """Every connection of the pool is taken and enough requests wait for one, or the page
+        took longer than data.PAGE_SECONDS: 503, and the page's reload backs off (refresh.js)
+        instead of piling on."""
+        why = (
+            f"the page took longer than {data.PAGE_SECONDS:g} s"
+            if isinstance(exc, psycopg.errors.QueryCanceled)
+            else "every database connection is in use"
+        )
+        response = self.error(request, 503, f"busy: {why}; retry in {RETRY_AFTER} s")
         response.headers["Retry-After"] = str(RETRY_AFTER)
         return response
 

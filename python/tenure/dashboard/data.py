@@ -12,6 +12,7 @@ data, an error) an excerpt of :data:`EXCERPT` characters with their full size.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +36,10 @@ EXCERPT = 2000
 CHART_ROWS = 1200
 # Names listed in one line of the overview's problems.
 NAMES_SHOWN = 20
+# What the statements of one page may take together, by the server's statement_timeout:
+# a page that takes longer is cancelled (the dashboard answers 503) rather than left to
+# hold a connection while requests pile up behind it.
+PAGE_SECONDS = 10.0
 
 
 class NotFound(LookupError):
@@ -49,7 +54,7 @@ def snapshot(
     page of the lists it shows."""
     with connection.transaction():
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        reader = Reader(connection, page)
+        reader = Reader(connection, page, deadline=time.monotonic() + PAGE_SECONDS)
         taken_at = reader.driver.server_time()
         found = read(reader)
         return {"taken_at": taken_at, **found, "page": reader.paging()}
@@ -58,10 +63,13 @@ def snapshot(
 class Reader:
     """Rows of a snapshot: the operator views through the driver, the rest as fixed queries."""
 
-    def __init__(self, connection: psycopg.Connection[Any], page: int = 1) -> None:
+    def __init__(
+        self, connection: psycopg.Connection[Any], page: int = 1, *, deadline: float | None = None
+    ) -> None:
         self.connection = connection
         self.driver = Driver(connection)
         self.page = page
+        self.deadline = deadline  # time.monotonic() by which the page's statements must be done
         self.more = False  # a list of this page had more rows than it shows
 
     def view(self, name: str) -> Rows:
@@ -69,6 +77,9 @@ class Reader:
 
     def rows(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Rows:
         with self.connection.cursor(row_factory=dict_row) as cursor:
+            if self.deadline is not None:
+                left_ms = max(int((self.deadline - time.monotonic()) * 1000), 1)
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", (f"{left_ms}ms",))
             cursor.execute(query.encode(), params)
             return cursor.fetchall()
 
@@ -119,8 +130,9 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
     )
     replicas = reader.one(
         "SELECT count(*) AS locks, count(*) FILTER (WHERE pid IS NOT NULL) AS active, "
-        "coalesce((array_agg(scope || '/' || counter ORDER BY scope, counter) FILTER (WHERE pid IS NULL))[:%s], "
-        "'{}') AS without_active, count(*) FILTER (WHERE pid IS NULL) AS without_active_count "
+        "coalesce((array_agg(scope || '/' || counter ORDER BY scope, counter) "
+        "FILTER (WHERE pid IS NULL))[:%s], '{}') AS without_active, "
+        "count(*) FILTER (WHERE pid IS NULL) AS without_active_count "
         "FROM tenure.replicas",
         (NAMES_SHOWN,),
     )
@@ -250,14 +262,14 @@ def tasks(reader: Reader, window: timedelta, *, kind: str | None = None) -> dict
             "SELECT id, kind, state, owner, epoch, attempts, now() - next_action AS overdue_by "
             "FROM tenure.tasks "
             "WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now() "
-            "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action, id",
+            "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action",
             {"kind": kind},
         ),
         "dead": reader.page_rows(
             "SELECT id, kind, state, attempts, max_attempts, left(last_error, %(excerpt)s) AS last_error, "
             "length(last_error) AS last_error_length, finished_at FROM tenure.tasks "
             "WHERE status = 'dead' AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
-            "ORDER BY finished_at DESC, id",
+            "ORDER BY finished_at DESC",
             {"kind": kind, "excerpt": EXCERPT // 4},
         ),
         "leases": _buckets(reader, "tenure.task_leases", "leased_at", "how", window),
