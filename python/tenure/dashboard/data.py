@@ -25,8 +25,8 @@ from tenure.driver import Driver
 
 Rows = list[dict[str, Any]]
 
-# How many rows a list on a page shows at most: the counts above each list are exact.
-LIST_LIMIT = 200
+# Terms a timeline draws at most.
+TIMELINE_ROWS = 2000
 # Rows of each list on one page, and the deepest page (OFFSET stays bounded).
 PAGE_SIZE = 100
 MAX_PAGE = 1000
@@ -71,9 +71,6 @@ class Reader:
         self.page = page
         self.deadline = deadline  # time.monotonic() by which the page's statements must be done
         self.more = False  # a list of this page had more rows than it shows
-
-    def view(self, name: str) -> Rows:
-        return self.driver.view_rows(name)
 
     def rows(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Rows:
         with self.connection.cursor(row_factory=dict_row) as cursor:
@@ -211,7 +208,7 @@ def heartbeat(reader: Reader, window: timedelta) -> dict[str, Any]:
         "terms": reader.rows(
             "SELECT utype, term, instance_id, started_at, ended_at, end_reason FROM tenure.heartbeat_terms "
             f"WHERE coalesce(ended_at, 'infinity') >= {_since(window)} ORDER BY utype, term LIMIT %s",
-            (LIST_LIMIT * 10,),
+            (TIMELINE_ROWS,),
         ),
     }
 
@@ -227,7 +224,7 @@ def replicas(reader: Reader, window: timedelta) -> dict[str, Any]:
             "FROM tenure.replica_terms) t "
             f"WHERE coalesce(ended_at, 'infinity') >= {_since(window)} "
             "ORDER BY acquired_at DESC LIMIT %s",
-            (LIST_LIMIT * 10,),
+            (TIMELINE_ROWS,),
         )[::-1],
         "acquisitions": _buckets(
             reader, "tenure.replica_terms", "acquired_at", "scope || '/' || counter", window
