@@ -28,7 +28,9 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
+from psycopg_pool import PoolTimeout
 
+from tenure.dashboard import DashboardServer, Settings, data
 from tenure.driver import Driver
 from tenure.testing.procs import free_port
 
@@ -184,3 +186,35 @@ def test_a_large_fleet_under_many_concurrent_requests_gets_bounded_answers(
     assert largest < MAX_BYTES, [a for a in answers if a[2] >= MAX_BYTES][:3]
     assert slowest < MAX_SECONDS, [a for a in answers if a[3] >= MAX_SECONDS][:3]
     assert calm < CALM_SECONDS
+
+
+def test_a_full_pool_and_a_slow_page_are_answered_503_with_retry_after(
+    app_conninfo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two ways a page is refused rather than left waiting, each forced: no connection
+    within the pool's wait, and statements over the page's time (PAGE_SECONDS)."""
+    with (
+        DashboardServer(app_conninfo, settings=Settings(refresh=5)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
+        dashboard = server.dashboard
+        assert client.get("/claims").status_code == 200
+
+        def no_connection(timeout: float | None = None) -> Any:
+            raise PoolTimeout("couldn't get a connection after 5.00 sec")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(dashboard.pool, "connection", no_connection)
+            page = client.get("/claims")
+            assert page.status_code == 503 and page.headers["retry-after"] == "5"
+            assert "every database connection is in use" in page.text
+            assert 'data-busy="1"' in page.text and 'data-refresh="5' in page.text  # the reload backs off
+            answer = client.get("/claims", params={"format": "json"})
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "5"
+            assert answer.json()["error"].startswith("busy: ")
+        with monkeypatch.context() as patch:
+            patch.setattr(data, "PAGE_SECONDS", 0.0)
+            slow = client.get("/tasks", params={"format": "json"})
+            assert slow.status_code == 503 and slow.headers["retry-after"] == "5"
+            assert "the page took longer than 0 s" in slow.json()["error"]
+        assert client.get("/claims").status_code == 200, "the pool's connections are fine afterwards"
