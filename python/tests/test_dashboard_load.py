@@ -29,6 +29,7 @@ import httpx
 import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
+from test_dashboard import chromium
 
 from tenure.dashboard import DashboardServer, Settings, data
 from tenure.driver import Driver
@@ -218,3 +219,30 @@ def test_a_full_pool_and_a_slow_page_are_answered_503_with_retry_after(
             assert slow.status_code == 503 and slow.headers["retry-after"] == "5"
             assert "the page took longer than 0 s" in slow.json()["error"]
         assert client.get("/claims").status_code == 200, "the pool's connections are fine afterwards"
+
+
+def test_the_reload_backs_off_while_the_dashboard_is_busy(app_conninfo: str) -> None:
+    """In chromium: after each busy (503) page the next reload waits twice as long, up to
+    16 times the interval; a quick page brings it back to the interval (refresh.js)."""
+    with (
+        DashboardServer(app_conninfo, settings=Settings(refresh=60)) as server,
+        chromium() as chrome,
+    ):
+
+        def next_reload() -> str:
+            chrome.get(server.url + "/claims")
+            return str(chrome.execute_script("return document.body.dataset.nextReload"))
+
+        assert next_reload() == "60"
+        pool = server.dashboard.pool
+        real = pool.connection
+
+        def no_connection(timeout: float | None = None) -> Any:
+            raise PoolTimeout("couldn't get a connection after 5.00 sec")
+
+        pool.connection = no_connection  # type: ignore[method-assign]
+        try:
+            assert [next_reload() for _ in range(5)] == ["120", "240", "480", "960", "960"]
+        finally:
+            pool.connection = real  # type: ignore[method-assign]
+        assert next_reload() == "60"
