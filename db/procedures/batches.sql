@@ -182,6 +182,7 @@ BEGIN
             quote_nullable(left(p_batches::text, 100)),
             'Pass [{"key": "A", "payload": "<base64>"}, ...]; optional: state_keys, depends_on, id.');
     END IF;
+    PERFORM tenure._check_count(p_function, 'p_batches', 'batches', jsonb_array_length(p_batches), 10000);
     -- Each field must have its JSON type: an object is no key, [["a"]] no list of state keys.
     SELECT e.ord, f.key INTO v_field
       FROM jsonb_array_elements(p_batches) WITH ORDINALITY AS e(batch, ord),
@@ -315,7 +316,7 @@ COMMENT ON FUNCTION tenure.batch_enqueue_many(text, jsonb) IS
 $$Enqueue many batches into queue p_keyspace in one transaction: p_batches is a JSON array of objects with key (required), payload (base64, required), state_keys (strings, for parallel mode), depends_on (batch ids that must be committed first) and id (a uuid chosen by the caller, for idempotency).
 Each batch gets the next number of its key's sequence, in input order; keys are registered for claims on first use. A batch whose dependency is already invalid is enqueued as invalid. Announced with NOTIFY tenure_batch, payload = keyspace.
 Returns one row per batch in input order, created = false for an id that existed.
-Errors: TN001 naming the first bad batch (no key, no or bad payload, an empty state key, a dependency that does not exist); nothing is enqueued then.$$;
+Errors: TN001 on more than 10000 batches, or naming the first bad batch (no key, no or bad payload, an empty state key, a dependency that does not exist); nothing is enqueued then.$$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_enqueue(
     p_keyspace text, p_key text, p_payload bytea, p_state_keys text[] DEFAULT '{}', p_depends_on uuid[] DEFAULT '{}',

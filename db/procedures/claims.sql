@@ -109,6 +109,7 @@ DECLARE
     v_count integer;
 BEGIN
     PERFORM tenure._check_name('claim_register', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_count('claim_register', 'p_keys', 'keys', cardinality(p_keys), 10000);
     PERFORM tenure._check_keys('claim_register', 'p_keys', p_keys);
     PERFORM tenure._durable();
     INSERT INTO tenure.claim_key (keyspace, key, unclaimed_since, registered_at)
@@ -129,7 +130,7 @@ AS $$ SELECT tenure._claim_register(p_keyspace, p_keys, NULL) $$;
 COMMENT ON FUNCTION tenure.claim_register(text, text[]) IS
 $$Register the keys p_keys (a service_id, say) in keyspace p_keyspace, so that instances can claim them; keys already registered are left as they are.
 Returns how many keys were new.
-Errors: TN001 on an empty keyspace, an empty array, or a NULL, empty or over-long key.$$;
+Errors: TN001 on an empty keyspace, an empty array, more than 10000 keys, or a NULL, empty or over-long key.$$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_retire(p_keyspace text, p_keys text[])
 RETURNS integer
@@ -140,6 +141,7 @@ DECLARE
     v_count integer;
 BEGIN
     PERFORM tenure._check_name('claim_retire', 'p_keyspace', p_keyspace);
+    PERFORM tenure._check_count('claim_retire', 'p_keys', 'keys', cardinality(p_keys), 10000);
     PERFORM tenure._check_keys('claim_retire', 'p_keys', p_keys);
     PERFORM tenure._durable();
     -- The holders' rows first, in the order renew and take lock (instance, then keys):
@@ -159,7 +161,7 @@ $$;
 COMMENT ON FUNCTION tenure.claim_retire(text, text[]) IS
 $$Retire the keys p_keys of keyspace p_keyspace: they can no longer be claimed, their claims end (a claimant learns it at its next renewal, which no longer returns them) and their claim history is deleted.
 Returns how many keys were retired.
-Errors: TN001 on an empty keyspace, an empty array, or a NULL, empty or over-long key.$$;
+Errors: TN001 on an empty keyspace, an empty array, more than 10000 keys, or a NULL, empty or over-long key.$$;
 
 -- Renew and take -----------------------------------------------------------------------
 

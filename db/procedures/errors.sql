@@ -2,6 +2,19 @@
 -- invalid_argument (TN001) naming the function and the argument, so that bad input
 -- fails before anything is changed.
 
+-- At most p_max characters of p_text, and when it was longer, how long it was: an error
+-- names what was wrong without repeating a huge input (a 10 MB kind) in its message,
+-- its DETAIL and the server's log.
+CREATE OR REPLACE FUNCTION tenure._excerpt(p_text text, p_max integer DEFAULT 200)
+RETURNS text
+-- SQL without SET, so it is inlined where it is called (internal).
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN length(p_text) > p_max
+                THEN left(p_text, p_max) || format('... (%s characters in all)', length(p_text))
+                ELSE p_text END
+$$;
+
 CREATE OR REPLACE FUNCTION tenure._invalid_argument(
     p_function text, p_argument text, p_problem text, p_found text, p_hint text
 ) RETURNS void
@@ -9,10 +22,75 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RAISE EXCEPTION 'tenure.%: % %', p_function, p_argument, p_problem
+    RAISE EXCEPTION 'tenure.%: % %', p_function, tenure._excerpt(p_argument), tenure._excerpt(p_problem, 300)
         USING ERRCODE = 'TN001',
-              DETAIL = format('%s was %s.', p_argument, coalesce(p_found, 'NULL')),
-              HINT = p_hint || ' Nothing was changed.';
+              DETAIL = format('%s was %s.', tenure._excerpt(p_argument), coalesce(tenure._excerpt(p_found, 300), 'NULL')),
+              HINT = tenure._excerpt(p_hint, 500) || ' Nothing was changed.';
+END
+$$;
+
+-- At most p_max elements in one call (keys, tasks, batches): one call is one
+-- transaction, which must stay short, and its input must fit in memory.
+CREATE OR REPLACE FUNCTION tenure._check_count(
+    p_function text, p_argument text, p_what text, p_count bigint, p_max integer
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_count > p_max THEN
+        PERFORM tenure._invalid_argument(p_function, p_argument, format('must hold at most %s %s', p_max, p_what),
+            format('%s %s', p_count, p_what), format('Pass them in several calls of at most %s.', p_max));
+    END IF;
+END
+$$;
+
+-- The largest data of a task, in bytes of its jsonb value: tenure.setting's
+-- max_task_data (the schema owner may raise it), 1 MB without it.
+CREATE OR REPLACE FUNCTION tenure._max_task_data()
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((SELECT s.value FROM tenure.setting s WHERE s.name = 'max_task_data'), 1048576);
+END
+$$;
+
+-- Whether data of p_size bytes (pg_column_size of a jsonb) is over the limit. Below
+-- 64 kB, the least the setting may be, it does not look the setting up.
+CREATE OR REPLACE FUNCTION tenure._data_too_large(p_size integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN p_size > 65536 AND p_size > tenure._max_task_data();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._check_data(p_function text, p_argument text, p_data jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF tenure._data_too_large(pg_column_size(p_data)) THEN
+        PERFORM tenure._refuse_data(p_function, p_argument, pg_column_size(p_data));
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._refuse_data(p_function text, p_argument text, p_size integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM tenure._invalid_argument(p_function, p_argument,
+        format('must be at most %s bytes of JSON', tenure._max_task_data()), format('%s bytes', p_size),
+        'Keep large contents elsewhere (a table, an object store) and put their reference in the task''s data;'
+        || ' the schema owner may raise the limit: UPDATE tenure.setting SET value = <bytes> WHERE name = ''max_task_data''.');
 END
 $$;
 

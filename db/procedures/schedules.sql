@@ -434,6 +434,7 @@ BEGIN
             quote_nullable(left(p_data::text, 100)), 'Pass the tasks'' data as an object such as ''{}''; each task gets'
             || ' "schedule" and "slot" added to it.');
     END IF;
+    PERFORM tenure._check_data('schedule_set', 'p_data', p_data);
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         PERFORM tenure._invalid_argument('schedule_set', 'p_max_attempts', 'must be at least 1',
             quote_nullable(p_max_attempts), 'Pass how many attempts each task may use, such as 5.');
@@ -493,7 +494,7 @@ $$Create or change the schedule p_name, which creates tasks of kind p_kind: by t
 Each task gets p_data with "schedule" (the name) and "slot" (the slot's time, ISO 8601 in UTC) added, and p_max_attempts. Catch-up for slots missed while no tick ran: 'latest' (default) creates only the latest due slot; 'all' creates each due slot, at most p_catch_up_limit (1 to 1000, default 10) per tick: the latest ones, older ones are skipped.
 A new schedule's first slot is its first after now. Setting a schedule again with the same p_cron, p_every and p_timezone keeps its progress (its next slot); a changed one starts again with its first slot after now. The pause is kept either way.
 Returns the schedule.
-Errors: TN001 on a blank or over-long name or kind, both or neither of p_cron and p_every, a malformed or impossible cron expression (naming the field), an interval under 1 second, over 36500 days, with months or a fraction of a second, an unknown time zone, p_data that is not a JSON object, p_max_attempts below 1, p_catch_up not 'latest' or 'all', or p_catch_up_limit outside 1 to 1000. Nothing is changed then.$$;
+Errors: TN001 on a blank or over-long name or kind, both or neither of p_cron and p_every, a malformed or impossible cron expression (naming the field), an interval under 1 second, over 36500 days, with months or a fraction of a second, an unknown time zone, p_data that is not a JSON object or is larger than max_task_data (tenure.setting), p_max_attempts below 1, p_catch_up not 'latest' or 'all', or p_catch_up_limit outside 1 to 1000. Nothing is changed then.$$;
 
 CREATE OR REPLACE FUNCTION tenure._schedule_pause(p_function text, p_name text, p_pause boolean)
 RETURNS tenure.schedule_info

@@ -195,6 +195,9 @@ BEGIN
     IF tenure._task_input_problem(v_input) IS NOT NULL THEN
         PERFORM tenure._task_refuse_input('task_enqueue', 'the task', v_input);
     END IF;
+    IF pg_column_size(v_input.data) > 65536 THEN
+        PERFORM tenure._check_data('task_enqueue', 'p_data', v_input.data);
+    END IF;
     PERFORM tenure._durable();
     INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
                                   created_at, last_change, last_action, next_action)
@@ -236,6 +239,7 @@ BEGIN
             quote_nullable(left(p_tasks::text, 100)),
             'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts.');
     END IF;
+    PERFORM tenure._check_count(p_function, 'p_tasks', 'tasks', jsonb_array_length(p_tasks), 10000);
     -- Each field must have its JSON type: an object is no kind, [1] no delay.
     SELECT e.ord, f.key INTO v_field
       FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
@@ -280,6 +284,11 @@ BEGIN
     SELECT * INTO v_bad FROM unnest(v_input) i WHERE tenure._task_input_problem(i) IS NOT NULL ORDER BY i.ord LIMIT 1;
     IF FOUND THEN
         PERFORM tenure._task_refuse_input(p_function, format('task %s', v_bad.ord), v_bad);
+    END IF;
+    SELECT * INTO v_bad FROM unnest(v_input) i
+     WHERE pg_column_size(i.data) > 65536 AND tenure._data_too_large(pg_column_size(i.data)) ORDER BY i.ord LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._refuse_data(p_function, format('the data of task %s', v_bad.ord), pg_column_size(v_bad.data));
     END IF;
     PERFORM tenure._durable();
 
@@ -340,7 +349,7 @@ COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text,
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
 p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
 A task due now is announced with NOTIFY tenure_task (payload: the kind) while a worker waits for its kind (see task_cycle's p_wait). p_max_attempts (default 5) bounds failed attempts before the task is dead.
-Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, or an idempotency key that is empty or over 500 characters.$$;
+Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, an idempotency key that is empty or over 500 characters, or data larger than max_task_data (tenure.setting, 1 MB unless the schema owner raised it).$$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
 RETURNS SETOF tenure.task_enqueued
@@ -351,7 +360,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 
 COMMENT ON FUNCTION tenure.task_enqueue_many(jsonb) IS
 $$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts.
 Returns one row per input task, in input order, with created = false for those whose id or key already existed.
-Errors: TN001 naming the first bad task (not an object, no kind, negative delay, ...); nothing is enqueued then.$$;
+Errors: TN001 on more than 10000 tasks, or naming the first bad task (not an object, no kind, negative delay, data larger than max_task_data, ...); nothing is enqueued then.$$;
 
 -- Acquire ---------------------------------------------------------------------------
 
@@ -541,6 +550,9 @@ BEGIN
     IF p_state IS NOT NULL THEN
         PERFORM tenure._check_name('task_update', 'p_state', p_state);
     END IF;
+    IF pg_column_size(p_data) > 65536 THEN
+        PERFORM tenure._check_data('task_update', 'p_data', p_data);
+    END IF;
     IF p_lease IS NOT NULL THEN
         PERFORM tenure._check_duration('task_update', 'p_lease', p_lease);
     END IF;
@@ -569,7 +581,7 @@ AS $$ BEGIN RETURN tenure._task_update(p_id, p_owner, p_epoch, p_state, p_data, 
 COMMENT ON FUNCTION tenure.task_update(uuid, uuid, bigint, text, jsonb, interval) IS
 $$Store a state transition (p_state) and/or new data (p_data, replacing the old) of task p_id under the caller's lease, in one call; with p_lease, also extend the lease to now + p_lease.
 Returns the end of the lease. Do it in the same transaction as the application's own writes of that step to make the step happen exactly once.
-Errors: TN001 on NULL or invalid arguments (both p_state and p_data NULL included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+Errors: TN001 on NULL or invalid arguments (both p_state and p_data NULL included, p_data larger than max_task_data); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
 
 CREATE OR REPLACE FUNCTION tenure._task_release(
     p_id uuid, p_owner uuid, p_epoch bigint, p_delay interval, p_state text, p_data jsonb, p_now timestamptz
@@ -586,6 +598,9 @@ BEGIN
     PERFORM tenure._check_delay('task_release', 'p_delay', p_delay);
     IF p_state IS NOT NULL THEN
         PERFORM tenure._check_name('task_release', 'p_state', p_state);
+    END IF;
+    IF pg_column_size(p_data) > 65536 THEN
+        PERFORM tenure._check_data('task_release', 'p_data', p_data);
     END IF;
     PERFORM tenure._durable();
     UPDATE tenure.task AS t
@@ -616,7 +631,7 @@ AS $$ BEGIN RETURN tenure._task_release(p_id, p_owner, p_epoch, p_delay, p_state
 COMMENT ON FUNCTION tenure.task_release(uuid, uuid, bigint, interval, text, jsonb) IS
 $$Give task p_id back without finishing it: the owner is cleared and the task is due again after p_delay ("nothing new yet, check again in 1 minute"), optionally in a new state p_state and with new data p_data. Does not count as a failed attempt. A task due at once is announced with NOTIFY tenure_task while a worker waits for its kind.
 Returns when the task is next due.
-Errors: TN001 on NULL or invalid arguments (a negative delay included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+Errors: TN001 on NULL or invalid arguments (a negative delay or p_data larger than max_task_data included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
 
 CREATE OR REPLACE FUNCTION tenure._task_complete(
     p_id uuid, p_owner uuid, p_epoch bigint, p_state text, p_data jsonb, p_now timestamptz
@@ -629,6 +644,9 @@ DECLARE
 BEGIN
     PERFORM tenure._check_holder('task_complete', p_id, p_owner, p_epoch);
     PERFORM tenure._check_name('task_complete', 'p_state', p_state);
+    IF pg_column_size(p_data) > 65536 THEN
+        PERFORM tenure._check_data('task_complete', 'p_data', p_data);
+    END IF;
     PERFORM tenure._durable();
     UPDATE tenure.task AS t
        SET status = 'done', state = p_state, data = coalesce(p_data, t.data), owner = NULL, leased_at = NULL,
@@ -652,7 +670,7 @@ AS $$ BEGIN RETURN tenure._task_complete(p_id, p_owner, p_epoch, p_state, p_data
 COMMENT ON FUNCTION tenure.task_complete(uuid, uuid, bigint, text, jsonb) IS
 $$Finish task p_id under the caller's lease: status done, final state p_state (default 'done'), optionally final data p_data. The task is kept for inspection until task_purge removes it.
 Returns the time it finished.
-Errors: TN001 on NULL or invalid arguments; TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
+Errors: TN001 on NULL or invalid arguments (p_data larger than max_task_data included); TN201 for an unknown task; TN102 (lease_lost) when the caller no longer holds the lease.$$;
 
 -- The default wait after a failed attempt: 1 s, 2 s, 4 s, ... after the 1st, 2nd, 3rd
 -- failure (p_attempts failures before it), at most 1 hour.
@@ -873,6 +891,11 @@ BEGIN
             || 'complete, optional state and data; for release, optional state, data and delay (seconds); for fail, '
             || 'error and an optional retry_delay (seconds); each task at most once.');
     END IF;
+    SELECT o.ord, pg_column_size(o.data) AS size INTO v_bad FROM unnest(v_outcomes) o
+     WHERE pg_column_size(o.data) > 65536 AND tenure._data_too_large(pg_column_size(o.data)) ORDER BY o.ord LIMIT 1;
+    IF FOUND THEN
+        PERFORM tenure._refuse_data('task_cycle', format('the data of outcome %s', v_bad.ord), v_bad.size);
+    END IF;
     PERFORM tenure._durable();
 
     -- One UPDATE applies every outcome whose (owner, epoch) still holds an unexpired
@@ -971,7 +994,7 @@ $$A worker's whole round trip in one call and one commit: apply the outcomes p_o
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
 With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
 Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
-Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
+Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 
 -- Taking over, requeueing and cleaning up --------------------------------------------
 

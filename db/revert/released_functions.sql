@@ -11,6 +11,12 @@ SET LOCAL ROLE tenure_owner;
 \ir ../procedures/replicas@v0.2.0.sql
 \ir ../procedures/schedules@v0.2.0.sql
 
--- Functions that came after v0.2.0 (none yet): DROP FUNCTION each one here.
+-- Functions that came after v0.2.0.
+DROP FUNCTION tenure._check_data(text, text, jsonb);
+DROP FUNCTION tenure._refuse_data(text, text, integer);
+DROP FUNCTION tenure._data_too_large(integer);
+DROP FUNCTION tenure._max_task_data();
+DROP FUNCTION tenure._check_count(text, text, text, bigint, integer);
+DROP FUNCTION tenure._excerpt(text, integer);
 
 COMMIT;

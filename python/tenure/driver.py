@@ -524,7 +524,8 @@ class Operations:
 
     @operation
     def task_enqueue_many(self, tasks: Sequence[dict[str, Any]]) -> Op[list[TaskEnqueued]]:
-        """Enqueue many in one call; each dict has the keys of task_enqueue (``delay`` in seconds or text)."""
+        """Enqueue many in one call (at most 10,000); each dict has the keys of task_enqueue
+        (``delay`` in seconds or text)."""
         payload = [
             {**task, "delay": f"{task['delay']} seconds"}
             if isinstance(task.get("delay"), int | float)

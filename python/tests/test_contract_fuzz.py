@@ -14,7 +14,10 @@ and in random combinations (hypothesis). The contract checked on every call:
   calling session's advisory locks are the same before and after;
 - NULL is refused (TN001) for every argument whose default is not NULL, except the
   few listed in ``NULL_MEANS_SOMETHING``, whose documentation says what NULL means;
-- text made only of whitespace of any kind is refused wherever the empty string is.
+- text made only of whitespace of any kind is refused wherever the empty string is;
+- an error never repeats a huge input: its message, DETAIL and HINT stay short (at most
+  ``MAX_ERROR_TEXT`` characters each) whatever was passed, oversized inputs included (a
+  1 MB text, a task's data just over its 1 MB limit, 10,001 keys, tasks or batches).
 
 ``TENURE_FUZZ_EXAMPLES`` sets the number of random calls: 3,000 by default, in ``make test``;
 ``make fuzz`` runs this module alone with 12,000 (``FUZZ_EXAMPLES=...`` for another size).
@@ -52,6 +55,25 @@ NULL_MEANS_SOMETHING = {
     ("batch_enqueue", "p_depends_on"),  # none
 }
 
+# The longest message, DETAIL or HINT an error may have: it quotes at most a few hundred
+# characters of what was wrong, never all of a huge input.
+MAX_ERROR_TEXT = 1000
+HUGE = "x" * 1_000_000
+# Just over the limits: max_task_data (1 MB of jsonb, a little more than its JSON text) and
+# 10,000 elements per call.
+DATA_OVER = json.dumps({"blob": "x" * 1_048_576})
+TASKS_OVER = json.dumps([{"kind": "k"}] * 10_001)
+BATCHES_OVER = json.dumps([{"key": "k", "payload": ""}] * 10_001)
+KEYS_OVER = [f"k{n}" for n in range(10_001)]
+# Tried for every argument of its type by test_every_argument_gets_oversized_values, last in
+# this module: what such a call stores (a 1 MB error of task_fail) would slow every later
+# call's checksum.
+OVERSIZED: dict[str, list[Any]] = {
+    "text": [HUGE],
+    "text[]": [[HUGE], KEYS_OVER],
+    "jsonb": [DATA_OVER, TASKS_OVER, BATCHES_OVER],
+    "bytea": [HUGE.encode()],
+}
 WHITESPACE = ["   ", "\t\n", "\u00a0", " \u3000\u2003 ", "\r\x0b\x0c"]
 LONG = "é" * 10_000
 # 10,000 characters that do not compress: an index entry of them does not fit a b-tree page
@@ -203,6 +225,15 @@ class World:
                     f" {diag.message_primary}"
                 )
                 assert diag.message_hint, f"tenure.{function.name}({shown}): {state} without a HINT"
+                for part, text in (
+                    ("message", diag.message_primary),
+                    ("DETAIL", diag.message_detail),
+                    ("HINT", diag.message_hint),
+                ):
+                    assert len(text or "") <= MAX_ERROR_TEXT, (
+                        f"tenure.{function.name}({shown}): {state} with a {part} of {len(text or '')}"
+                        f" characters: {(text or '')[:100]}..."
+                    )
             assert after[0] == before[0], (
                 f"tenure.{function.name}({shown}) was refused with {state} but changed tables:"
                 f" {before[0]} -> {after[0]}"
@@ -548,6 +579,54 @@ ISSUE_CASES = [
 ]
 
 
+# Issue 27: each oversized input, just over its limit, is refused with TN001 naming the
+# argument, in an error of a few hundred characters; nothing changes.
+OVERSIZED_CASES = [
+    ("SELECT tenure.task_enqueue('email', jsonb_build_object('s', repeat('x', 1048560)))", "p_data"),
+    (
+        "SELECT * FROM tenure.task_enqueue_many(jsonb_build_array(jsonb_build_object('kind', 'k',"
+        " 'data', jsonb_build_object('s', repeat('x', 1048560)))))",
+        "the data of task 1",
+    ),
+    (
+        "SELECT * FROM tenure.task_enqueue_many((SELECT jsonb_agg(jsonb_build_object('kind', 'k'))"
+        " FROM generate_series(1, 10001)))",
+        "p_tasks",
+    ),
+    (
+        "SELECT * FROM tenure.batch_enqueue_many('ks', (SELECT jsonb_agg(jsonb_build_object('key', 'k',"
+        " 'payload', '')) FROM generate_series(1, 10001)))",
+        "p_batches",
+    ),
+    ("SELECT tenure.claim_register('ks', ARRAY(SELECT 'k' || n FROM generate_series(1, 10001) n))", "p_keys"),
+    ("SELECT tenure.claim_retire('ks', ARRAY(SELECT 'k' || n FROM generate_series(1, 10001) n))", "p_keys"),
+    (
+        "SELECT tenure.schedule_set('s', 'k', p_every => '1 minute',"
+        " p_data => jsonb_build_object('s', repeat('x', 1048560)))",
+        "p_data",
+    ),
+    ("SELECT tenure.task_enqueue(repeat('k', 10000000))", "kind"),
+    ("SELECT tenure.claim_register(repeat(' ', 10000000), '{a}')", "p_keyspace"),
+    ("SELECT * FROM tenure.get_primary(repeat('u', 10000000))", "p_utype"),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"), OVERSIZED_CASES, ids=[a + ":" + q[:50] for q, a in OVERSIZED_CASES]
+)
+def test_oversized_inputs_are_refused_in_a_short_error(world: World, query: str, argument: str) -> None:
+    before = world.snapshot()
+    with pytest.raises(psycopg.Error) as caught:
+        world.worker.execute(query)
+    error = caught.value
+    diag = error.diag
+    assert error.sqlstate == "TN001", f"{query}: {error.sqlstate} {diag.message_primary}"
+    assert argument in (diag.message_primary or ""), diag.message_primary
+    message, detail = diag.message_primary or "", diag.message_detail or ""
+    assert len(message) <= 300 and len(detail) <= 400, f"{query}: an error of {len(message)} + {len(detail)}"
+    assert world.snapshot() == before
+
+
 @pytest.mark.parametrize(("query", "argument"), ISSUE_CASES, ids=[a + ":" + q[:40] for q, a in ISSUE_CASES])
 def test_issue_12_inputs_are_refused(world: World, query: str, argument: str) -> None:
     before = world.snapshot()
@@ -589,3 +668,13 @@ def test_task_enqueue_many_stores_json_null_as_task_enqueue_does(world: World) -
         "SELECT jsonb_typeof(data) FROM tenure.task WHERE id IN (%s, %s)", (many[0], one[0])
     ).fetchall()
     assert rows == [("null",), ("null",)]
+
+
+def test_every_argument_gets_oversized_values(world: World) -> None:
+    """Each argument, alone, gets the oversized values of its type: whatever the answer, an
+    error stays short (World.call checks it) and a refusal changes nothing."""
+    for function in world.functions:
+        baseline = _baseline(world, function)
+        for name, type_name in function.args:
+            for value in OVERSIZED.get(type_name, []):
+                world.call(function, {**baseline, name: value}, fresh=True)

@@ -85,7 +85,9 @@ def claims_settle(admin: psycopg.Connection[Any], *, keys: int, instances: int) 
     claim_renew and claim_take until a whole round moves no key; the keys each holds."""
     claims_clean(admin)
     driver = Driver(admin)
-    driver.claim_register(CLAIM_KEYSPACE, [f"key-{n}" for n in range(1, keys + 1)])
+    names = [f"key-{n}" for n in range(1, keys + 1)]
+    for start in range(0, keys, 10_000):  # claim_register takes at most 10,000 keys per call
+        driver.claim_register(CLAIM_KEYSPACE, names[start : start + 10_000])
     ids = [claimant(n) for n in range(instances)]
     for instance in ids:  # all live before the first take: the share is keys / instances from the start
         driver.claim_renew(CLAIM_KEYSPACE, instance, expiry=CLAIM_EXPIRY)

@@ -22,11 +22,11 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import jinja2
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout, TooManyRequests
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -45,6 +45,11 @@ from tenure.errors import InvalidConfiguration, TenureError
 HERE = Path(__file__).resolve().parent
 COOKIE = "tenure_dashboard"
 DEFAULT_WINDOW = timedelta(minutes=15)
+# A request waits this long for one of the pool's connections, and at most this many
+# wait at once; the others are answered 503 at once, with Retry-After (see busy()).
+POOL_WAIT = 5.0
+POOL_WAITING = 8
+RETRY_AFTER = 5
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,8 @@ class Dashboard:
             kwargs=connection_options(application_name="tenure dashboard", deadline=10.0),
             min_size=1,
             max_size=4,
+            timeout=POOL_WAIT,
+            max_waiting=POOL_WAITING,
             open=True,
             check=ConnectionPool.check_connection,
         )
@@ -288,7 +295,7 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         environment.globals.update(timeline=charts.timeline, bars=charts.bars, colour=charts.colour)
-        environment.filters.update(age=_age, short=_short, when=_when)
+        environment.filters.update(age=_age, short=_short, when=_when, with_page=_with_page)
         self.templates = Jinja2Templates(env=environment)
         self.app: ASGIApp = Starlette(
             routes=[
@@ -305,7 +312,12 @@ class Dashboard:
                 Route("/actions/{name}", self.action, methods=["GET", "POST"]),
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
             ],
-            exception_handlers={404: self.not_found},
+            exception_handlers={
+                404: self.not_found,
+                PoolTimeout: self.busy,
+                TooManyRequests: self.busy,
+                psycopg.errors.QueryCanceled: self.busy,
+            },
         )
         self.app = security.Guard(self.app, hosts=self.settings.hosts)
 
@@ -314,9 +326,9 @@ class Dashboard:
 
     # --- reading ---
 
-    def read(self, read: Callable[[data.Reader], dict[str, Any]]) -> dict[str, Any]:
+    def read(self, read: Callable[[data.Reader], dict[str, Any]], *, page: int = 1) -> dict[str, Any]:
         with self.pool.connection() as connection:
-            return data.snapshot(connection, read)
+            return data.snapshot(connection, read, page=page)
 
     def render(
         self, request: Request, template: str, context: dict[str, Any], *, status_code: int = 200
@@ -345,8 +357,17 @@ class Dashboard:
     def error(self, request: Request, status_code: int, message: str) -> Response:
         if _wants_json(request):
             return JSONResponse({"error": message}, status_code=status_code)
+        busy = status_code == 503  # the page reloads itself, backing off (refresh.js)
         return self.render(
-            request, "error.html", {"message": message, "status": status_code}, status_code=status_code
+            request,
+            "error.html",
+            {
+                "message": message,
+                "status": status_code,
+                "busy": busy,
+                "refresh": self.settings.refresh if busy else 0,
+            },
+            status_code=status_code,
         )
 
     def page(
@@ -355,9 +376,10 @@ class Dashboard:
         def endpoint(request: Request) -> Response:
             try:
                 window = data.window_of(request.query_params.get("window"), self.settings.window)
+                page = data.page_of(request.query_params.get("page"))
             except ValueError as bad:
                 return self.error(request, 400, str(bad))
-            found = self.read(lambda reader: area(reader, window))
+            found = self.read(lambda reader: area(reader, window), page=page)
             return self.render(
                 request, template, {"data": found, "window": window, "refresh": self.settings.refresh}
             )
@@ -368,9 +390,10 @@ class Dashboard:
         kind = request.query_params.get("kind") or None
         try:
             window = data.window_of(request.query_params.get("window"), self.settings.window)
+            page = data.page_of(request.query_params.get("page"))
         except ValueError as bad:
             return self.error(request, 400, str(bad))
-        found = self.read(lambda reader: data.tasks(reader, window, kind=kind))
+        found = self.read(lambda reader: data.tasks(reader, window, kind=kind), page=page)
         return self.render(
             request, "tasks.html", {"data": found, "window": window, "refresh": self.settings.refresh}
         )
@@ -382,7 +405,11 @@ class Dashboard:
         except ValueError:
             return self.error(request, 400, f"not a task id (a UUID): {text!r}")
         try:
-            found = self.read(lambda reader: data.task(reader, task_id))
+            page = data.page_of(request.query_params.get("page"))
+        except ValueError as bad:
+            return self.error(request, 400, str(bad))
+        try:
+            found = self.read(lambda reader: data.task(reader, task_id), page=page)
         except data.NotFound as missing:
             return self.error(request, 404, str(missing))
         return self.render(
@@ -393,6 +420,19 @@ class Dashboard:
 
     def not_found(self, request: Request, exc: Exception) -> Response:
         return self.error(request, 404, f"no page at {request.url.path}")
+
+    def busy(self, request: Request, exc: Exception) -> Response:
+        """Every connection of the pool is taken and enough requests wait for one, or the page
+        took longer than data.PAGE_SECONDS: 503, and the page's reload backs off (refresh.js)
+        instead of piling on."""
+        why = (
+            f"the page took longer than {data.PAGE_SECONDS:g} s"
+            if isinstance(exc, psycopg.errors.QueryCanceled)
+            else "every database connection is in use"
+        )
+        response = self.error(request, 503, f"busy: {why}; retry in {RETRY_AFTER} s")
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
 
     # --- signing in ---
 
@@ -540,6 +580,12 @@ def _age(value: timedelta | None) -> str:
     if seconds < 172800:
         return f"{sign}{seconds / 3600:.1f} h"
     return f"{sign}{seconds / 86400:.1f} d"
+
+
+def _with_page(query: str, page: int) -> str:
+    """The query string ``query`` asking for list page ``page`` instead."""
+    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "page"]
+    return urlencode([*params, ("page", str(page))])
 
 
 def _short(value: object) -> str:

@@ -3,10 +3,16 @@ views (and the history views) in one read-only snapshot, returning plain dicts. 
 page and its JSON twin are both made from the same dict.
 
 Every query here is a fixed text; what a user names (a task id, a filter) is a parameter.
+
+Every answer is bounded, whatever the fleet holds: each list is one page of at most
+:data:`PAGE_SIZE` rows cut by a LIMIT in SQL (``?page=N`` for the next ones, at most
+:data:`MAX_PAGE` deep), a chart at most :data:`CHART_ROWS` counts, and long texts (a task's
+data, an error) an excerpt of :data:`EXCERPT` characters with their full size.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,38 +25,73 @@ from tenure.driver import Driver
 
 Rows = list[dict[str, Any]]
 
-# How many rows a list on a page shows at most: the counts above each list are exact.
-LIST_LIMIT = 200
+# Terms a timeline draws at most.
+TIMELINE_ROWS = 2000
+# Rows of each list on one page, and the deepest page (OFFSET stays bounded).
+PAGE_SIZE = 100
+MAX_PAGE = 1000
+# Characters of a task's data, an error or a batch's detail that a page shows.
+EXCERPT = 2000
+# Counts a chart draws at most (60 buckets of 20 series).
+CHART_ROWS = 1200
+# Names listed in one line of the overview's problems.
+NAMES_SHOWN = 20
+# What the statements of one page may take together, by the server's statement_timeout:
+# a page that takes longer is cancelled (the dashboard answers 503) rather than left to
+# hold a connection while requests pile up behind it.
+PAGE_SECONDS = 10.0
 
 
 class NotFound(LookupError):
     """What a page was asked for does not exist (HTTP 404)."""
 
 
-def snapshot(connection: psycopg.Connection[Any], read: Callable[[Reader], dict[str, Any]]) -> dict[str, Any]:
+def snapshot(
+    connection: psycopg.Connection[Any], read: Callable[[Reader], dict[str, Any]], *, page: int = 1
+) -> dict[str, Any]:
     """Run ``read`` in one REPEATABLE READ READ ONLY transaction, so that every section of
-    a page agrees with the others; add the server time the snapshot was taken at."""
+    a page agrees with the others; add the server time the snapshot was taken at and which
+    page of the lists it shows."""
     with connection.transaction():
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        reader = Reader(connection)
+        reader = Reader(connection, page, deadline=time.monotonic() + PAGE_SECONDS)
         taken_at = reader.driver.server_time()
-        return {"taken_at": taken_at, **read(reader)}
+        found = read(reader)
+        return {"taken_at": taken_at, **found, "page": reader.paging()}
 
 
 class Reader:
     """Rows of a snapshot: the operator views through the driver, the rest as fixed queries."""
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, connection: psycopg.Connection[Any], page: int = 1, *, deadline: float | None = None
+    ) -> None:
         self.connection = connection
         self.driver = Driver(connection)
-
-    def view(self, name: str) -> Rows:
-        return self.driver.view_rows(name)
+        self.page = page
+        self.deadline = deadline  # time.monotonic() by which the page's statements must be done
+        self.more = False  # a list of this page had more rows than it shows
 
     def rows(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Rows:
         with self.connection.cursor(row_factory=dict_row) as cursor:
+            if self.deadline is not None:
+                left_ms = max(int((self.deadline - time.monotonic()) * 1000), 1)
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", (f"{left_ms}ms",))
             cursor.execute(query.encode(), params)
             return cursor.fetchall()
+
+    def page_rows(self, query: str, params: dict[str, Any] | None = None) -> Rows:
+        """One page of ``query`` (which ends with its ORDER BY): LIMIT and OFFSET in SQL."""
+        found = self.rows(
+            f"{query} LIMIT %(page_limit)s OFFSET %(page_offset)s",
+            {**(params or {}), "page_limit": PAGE_SIZE + 1, "page_offset": (self.page - 1) * PAGE_SIZE},
+        )
+        if len(found) > PAGE_SIZE:
+            self.more = True
+        return found[:PAGE_SIZE]
+
+    def paging(self) -> dict[str, Any]:
+        return {"number": self.page, "size": PAGE_SIZE, "more": self.more}
 
     def one(self, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> dict[str, Any]:
         rows = self.rows(query, params)
@@ -70,8 +111,8 @@ def _buckets(reader: Reader, table_expr: str, time_col: str, group_col: str, win
         f"SELECT {group_col} AS grp, "
         f"date_bin(make_interval(secs => %s), {time_col}, now() - make_interval(secs => %s)) AS bucket, "
         f"count(*) AS n FROM {table_expr} WHERE {time_col} >= {_since(window)} "
-        "GROUP BY 1, 2 ORDER BY 1, 2",
-        (step, step * 60),
+        "GROUP BY 1, 2 ORDER BY 1, 2 LIMIT %s",
+        (step, step * 60, CHART_ROWS),
     )
 
 
@@ -79,14 +120,18 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Per area: counts, errors, and anything stuck."""
     heartbeat = reader.one(
         "SELECT count(*) AS types, count(*) FILTER (WHERE live) AS live, "
-        "coalesce(array_agg(utype ORDER BY utype) FILTER (WHERE NOT live), '{}') AS without_primary "
-        "FROM tenure.heartbeat_status"
+        "coalesce((array_agg(utype ORDER BY utype) FILTER (WHERE NOT live))[:%s], '{}') AS without_primary, "
+        "count(*) FILTER (WHERE NOT live) AS without_primary_count "
+        "FROM tenure.heartbeat_status",
+        (NAMES_SHOWN,),
     )
     replicas = reader.one(
         "SELECT count(*) AS locks, count(*) FILTER (WHERE pid IS NOT NULL) AS active, "
-        "coalesce(array_agg(scope || '/' || counter ORDER BY scope, counter) FILTER (WHERE pid IS NULL), "
-        "'{}') "
-        "AS without_active FROM tenure.replicas"
+        "coalesce((array_agg(scope || '/' || counter ORDER BY scope, counter) "
+        "FILTER (WHERE pid IS NULL))[:%s], '{}') AS without_active, "
+        "count(*) FILTER (WHERE pid IS NULL) AS without_active_count "
+        "FROM tenure.replicas",
+        (NAMES_SHOWN,),
     )
     claims = reader.one(
         "SELECT count(*) AS keyspaces, coalesce(sum(keys), 0)::bigint AS keys, "
@@ -121,8 +166,14 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
 
     for utype in heartbeat["without_primary"]:
         problem("heartbeat", f"service type {utype} has no live primary")
+    if heartbeat["without_primary_count"] > len(heartbeat["without_primary"]):
+        left = heartbeat["without_primary_count"] - len(heartbeat["without_primary"])
+        problem("heartbeat", f"{left} more service types have no live primary")
     for lock in replicas["without_active"]:
         problem("replicas", f"replica lock {lock} has no active replica")
+    if replicas["without_active_count"] > len(replicas["without_active"]):
+        left = replicas["without_active_count"] - len(replicas["without_active"])
+        problem("replicas", f"{left} more replica locks have no active replica")
     if claims["unclaimed"]:
         problem("claims", f"{claims['unclaimed']} keys have no live claim")
     if tasks["dead"]:
@@ -151,13 +202,13 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
 def heartbeat(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Every service type's primary, term and time left; the terms of the window."""
     return {
-        "types": reader.rows(
+        "types": reader.page_rows(
             "SELECT *, valid_until - now() AS time_left FROM tenure.heartbeat_status ORDER BY utype"
         ),
         "terms": reader.rows(
             "SELECT utype, term, instance_id, started_at, ended_at, end_reason FROM tenure.heartbeat_terms "
             f"WHERE coalesce(ended_at, 'infinity') >= {_since(window)} ORDER BY utype, term LIMIT %s",
-            (LIST_LIMIT * 10,),
+            (TIMELINE_ROWS,),
         ),
     }
 
@@ -165,12 +216,16 @@ def heartbeat(reader: Reader, window: timedelta) -> dict[str, Any]:
 def replicas(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Every replica lock: the active replica, epoch, reservation; acquisitions of the window."""
     return {
-        "locks": reader.view("replicas"),
+        "locks": reader.page_rows("SELECT * FROM tenure.replicas ORDER BY scope, counter"),
+        # the latest terms that reach into the window, in order
         "terms": reader.rows(
-            "SELECT scope, counter, lock_id, epoch, replica, pid, acquired_at, "
+            "SELECT * FROM (SELECT scope, counter, lock_id, epoch, replica, pid, acquired_at, "
             "lead(acquired_at) OVER (PARTITION BY lock_id ORDER BY epoch) AS ended_at "
-            "FROM tenure.replica_terms ORDER BY scope, counter, epoch"
-        )[-LIST_LIMIT * 10 :],
+            "FROM tenure.replica_terms) t "
+            f"WHERE coalesce(ended_at, 'infinity') >= {_since(window)} "
+            "ORDER BY acquired_at DESC LIMIT %s",
+            (TIMELINE_ROWS,),
+        )[::-1],
         "acquisitions": _buckets(
             reader, "tenure.replica_terms", "acquired_at", "scope || '/' || counter", window
         ),
@@ -180,12 +235,11 @@ def replicas(reader: Reader, window: timedelta) -> dict[str, Any]:
 def claims(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Per keyspace: keys, instances and what they hold; handovers over the window."""
     return {
-        "keyspaces": reader.view("claim_keyspaces"),
-        "instances": reader.view("claim_instances"),
-        "unclaimed": reader.rows(
+        "keyspaces": reader.page_rows("SELECT * FROM tenure.claim_keyspaces ORDER BY keyspace"),
+        "instances": reader.page_rows("SELECT * FROM tenure.claim_instances ORDER BY keyspace, instance_id"),
+        "unclaimed": reader.page_rows(
             "SELECT keyspace, key, epoch, unclaimed_for FROM tenure.claims WHERE NOT live "
-            "ORDER BY unclaimed_for DESC NULLS LAST, keyspace, key LIMIT %s",
-            (LIST_LIMIT,),
+            "ORDER BY unclaimed_for DESC NULLS LAST, keyspace, key"
         ),
         "handovers": _buckets(reader, "tenure.claim_grants", "claimed_at", "keyspace", window),
     }
@@ -196,19 +250,24 @@ def tasks(reader: Reader, window: timedelta, *, kind: str | None = None) -> dict
     leases granted and tasks finished over the window."""
     return {
         "kind": kind,
-        "status": [r for r in reader.view("task_status") if kind is None or r["kind"] == kind],
-        "past_due": reader.rows(
+        "status": reader.page_rows(
+            "SELECT * FROM tenure.task_status WHERE %(kind)s::text IS NULL OR kind = %(kind)s "
+            "ORDER BY kind, state, status",
+            {"kind": kind},
+        ),
+        "past_due": reader.page_rows(
             "SELECT id, kind, state, owner, epoch, attempts, now() - next_action AS overdue_by "
             "FROM tenure.tasks "
             "WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now() "
-            "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action LIMIT %(limit)s",
-            {"kind": kind, "limit": LIST_LIMIT},
+            "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action",
+            {"kind": kind},
         ),
-        "dead": reader.rows(
-            "SELECT id, kind, state, attempts, max_attempts, last_error, finished_at FROM tenure.tasks "
+        "dead": reader.page_rows(
+            "SELECT id, kind, state, attempts, max_attempts, left(last_error, %(excerpt)s) AS last_error, "
+            "length(last_error) AS last_error_length, finished_at FROM tenure.tasks "
             "WHERE status = 'dead' AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
-            "ORDER BY finished_at DESC LIMIT %(limit)s",
-            {"kind": kind, "limit": LIST_LIMIT},
+            "ORDER BY finished_at DESC",
+            {"kind": kind, "excerpt": EXCERPT // 4},
         ),
         "leases": _buckets(reader, "tenure.task_leases", "leased_at", "how", window),
         "finished": _buckets(
@@ -222,40 +281,53 @@ def tasks(reader: Reader, window: timedelta, *, kind: str | None = None) -> dict
 
 
 def task(reader: Reader, task_id: UUID) -> dict[str, Any]:
-    """One task and every lease it had."""
+    """One task and its leases (a page of them, latest first). Its data and last error are
+    excerpts of :data:`EXCERPT` characters, with their full size and the command that
+    prints them whole."""
     found = reader.rows(
-        "SELECT id, kind, state, status, owner, epoch, data, attempts, max_attempts, last_error, "
+        "SELECT id, kind, state, status, owner, epoch, left(data::text, %(excerpt)s) AS data_excerpt, "
+        "octet_length(data::text) AS data_bytes, attempts, max_attempts, "
+        "left(last_error, %(excerpt)s) AS last_error, length(last_error) AS last_error_length, "
         "idempotency_key, created_at, last_change, next_action, leased_at, finished_at, leased, due "
-        "FROM tenure.tasks WHERE id = %s",
-        (task_id,),
+        "FROM tenure.tasks WHERE id = %(id)s",
+        {"id": task_id, "excerpt": EXCERPT},
     )
     if not found:
         raise NotFound(f"no task {task_id}")
-    leases = reader.rows(
+    row = found[0]
+    row["data_truncated"] = row["data_bytes"] > len(row["data_excerpt"].encode())
+    row["last_error_truncated"] = (row["last_error_length"] or 0) > EXCERPT
+    row["show_command"] = f"tenure task show {task_id}"
+    leases = reader.page_rows(
         "SELECT epoch, owner, leased_at, how, "
         "lead(leased_at) OVER (ORDER BY epoch) AS ended_at FROM tenure.task_leases "
-        "WHERE task_id = %s ORDER BY epoch",
-        (task_id,),
+        "WHERE task_id = %(id)s ORDER BY epoch DESC",
+        {"id": task_id},
     )
-    return {"task": found[0], "leases": leases}
+    return {"task": row, "leases": leases[::-1]}
 
 
 def batches(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Per queue and key: depth; halted keys with the batch that halts them; throughput."""
     return {
-        "queues": reader.view("batch_queues"),
-        "keys": reader.rows(
+        "queues": reader.page_rows(
+            "SELECT keyspace, keys, queued, pending, unknown, invalid, committed, "
+            "halted_keys[:%(names)s] AS halted_keys, cardinality(halted_keys) AS halted_key_count, "
+            "oldest_waiting_age FROM tenure.batch_queues ORDER BY keyspace",
+            {"names": NAMES_SHOWN},
+        ),
+        "keys": reader.page_rows(
             "SELECT keyspace, key, mode, claimant, claimed, queued, pending, unknown, invalid, committed, "
             "oldest_waiting_age, halted FROM tenure.batch_keys "
             "WHERE queued + pending + unknown + invalid > 0 "
-            "ORDER BY halted DESC, queued + pending + unknown DESC, keyspace, key LIMIT %s",
-            (LIST_LIMIT,),
+            "ORDER BY halted DESC, queued + pending + unknown DESC, keyspace, key"
         ),
-        "halted": reader.rows(
-            "SELECT DISTINCT ON (b.keyspace, b.key) b.keyspace, b.key, b.seq, b.id, b.attempts, b.detail, "
+        "halted": reader.page_rows(
+            "SELECT DISTINCT ON (b.keyspace, b.key) b.keyspace, b.key, b.seq, b.id, b.attempts, "
+            "left(b.detail, %(excerpt)s) AS detail, length(b.detail) AS detail_length, "
             "b.resolved_at FROM tenure.batches b JOIN tenure.batch_keys k USING (keyspace, key) "
-            "WHERE k.halted AND b.status = 'invalid' ORDER BY b.keyspace, b.key, b.seq LIMIT %s",
-            (LIST_LIMIT,),
+            "WHERE k.halted AND b.status = 'invalid' ORDER BY b.keyspace, b.key, b.seq",
+            {"excerpt": EXCERPT // 4},
         ),
         "throughput": _buckets(
             reader,
@@ -270,7 +342,7 @@ def batches(reader: Reader, window: timedelta) -> dict[str, Any]:
 def schedules(reader: Reader, window: timedelta) -> dict[str, Any]:
     """Every schedule: next and last slot, its last run's status."""
     return {
-        "schedules": reader.rows(
+        "schedules": reader.page_rows(
             "SELECT name, kind, cron, every, timezone, paused, next_slot, now() - next_slot AS overdue_by, "
             "last_slot, last_task_id, last_task_status, catch_up FROM tenure.schedules ORDER BY name"
         )
@@ -288,6 +360,19 @@ def window_of(text: str | None, default: timedelta) -> timedelta:
     if not 60 <= seconds <= 7 * 86400:
         raise ValueError(f"window must be from 60 to 604800 seconds, got {seconds}")
     return timedelta(seconds=seconds)
+
+
+def page_of(text: str | None) -> int:
+    """The page of the lists from ?page=N (1 to MAX_PAGE)."""
+    if text is None or text == "":
+        return 1
+    try:
+        page = int(text)
+    except ValueError:
+        raise ValueError(f"page must be a whole number, got {text[:40]!r}") from None
+    if not 1 <= page <= MAX_PAGE:
+        raise ValueError(f"page must be from 1 to {MAX_PAGE}, got {page}")
+    return page
 
 
 def ago(now: datetime, when: datetime | None) -> timedelta | None:

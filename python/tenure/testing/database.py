@@ -99,4 +99,6 @@ def retire_keyspace(admin: psycopg.Connection[Any], keyspace: str) -> int:
     batches go with them. Returns how many keys were retired."""
     driver = Driver(admin)
     keys = [claim.key for claim in driver.claims(keyspace)]
-    return driver.claim_retire(keyspace, keys) if keys else 0
+    # claim_retire takes at most 10,000 keys per call
+    chunks = [keys[start : start + 10_000] for start in range(0, len(keys), 10_000)]
+    return sum(driver.claim_retire(keyspace, chunk) for chunk in chunks)

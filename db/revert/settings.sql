@@ -1,0 +1,7 @@
+BEGIN;
+
+SET LOCAL ROLE tenure_owner;
+
+DROP TABLE tenure.setting;
+
+COMMIT;
