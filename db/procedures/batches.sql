@@ -987,22 +987,24 @@ DECLARE
 BEGIN
     PERFORM tenure._check_prune('batch_prune', p_older_than, p_limit);
     PERFORM tenure._durable();
+    -- ARRAY(...) runs each locking subquery once (see _task_prune: rescanned, it took more
+    -- than p_limit).
     DELETE FROM tenure.batch_tombstone AS t
-     WHERE t.id IN (SELECT o.id FROM tenure.batch_tombstone o
-                     WHERE o.pruned_at < v_now - p_older_than
-                     ORDER BY o.pruned_at
-                     LIMIT p_limit
-                       FOR UPDATE SKIP LOCKED);
+     WHERE t.id = ANY (ARRAY(SELECT o.id FROM tenure.batch_tombstone o
+                              WHERE o.pruned_at < v_now - p_older_than
+                              ORDER BY o.pruned_at
+                              LIMIT p_limit
+                                FOR UPDATE SKIP LOCKED));
     WITH pruned AS (
         DELETE FROM tenure.batch AS b
-         WHERE b.id IN (SELECT s.id FROM tenure.batch s
-                         WHERE s.status IN ('committed', 'skipped') AND s.resolved_at < v_now - p_older_than
-                           AND NOT EXISTS (SELECT FROM tenure.batch d
-                                            WHERE d.depends_on @> ARRAY[s.id] AND cardinality(d.depends_on) > 0
-                                              AND d.status NOT IN ('committed', 'skipped'))
-                         ORDER BY s.resolved_at
-                         LIMIT p_limit
-                           FOR UPDATE SKIP LOCKED)
+         WHERE b.id = ANY (ARRAY(SELECT s.id FROM tenure.batch s
+                                  WHERE s.status IN ('committed', 'skipped') AND s.resolved_at < v_now - p_older_than
+                                    AND NOT EXISTS (SELECT FROM tenure.batch d
+                                                     WHERE d.depends_on @> ARRAY[s.id] AND cardinality(d.depends_on) > 0
+                                                       AND d.status NOT IN ('committed', 'skipped'))
+                                  ORDER BY s.resolved_at
+                                  LIMIT p_limit
+                                    FOR UPDATE SKIP LOCKED))
            AND b.status IN ('committed', 'skipped')
         RETURNING b.id, b.keyspace, b.key, b.seq, b.status
     )

@@ -629,19 +629,22 @@ BEGIN
     PERFORM tenure._durable();
     -- A claim ends after it began: the candidates are found by claimed_at (index
     -- claim_log_claimed), oldest first.
-    DELETE FROM tenure.claim_log AS l
-     WHERE (l.keyspace, l.key, l.epoch) IN (
-            SELECT e.keyspace, e.key, e.epoch FROM tenure.claim_log e
-              JOIN tenure.claim_key k ON k.keyspace = e.keyspace AND k.key = e.key
-             WHERE e.claimed_at < v_cutoff
-               AND CASE WHEN e.epoch < k.epoch
-                        THEN (SELECT n.unclaimed_since FROM tenure.claim_log n
-                               WHERE n.keyspace = e.keyspace AND n.key = e.key AND n.epoch > e.epoch
-                               ORDER BY n.epoch LIMIT 1) < v_cutoff
-                        ELSE e.epoch = k.epoch AND k.claimant IS NULL AND k.unclaimed_since < v_cutoff END
-             ORDER BY e.claimed_at
-             LIMIT p_limit
-               FOR UPDATE OF e SKIP LOCKED);
+    -- MATERIALIZED: the locking subquery runs once (see _heartbeat_prune).
+    WITH doomed AS MATERIALIZED (
+        SELECT e.keyspace, e.key, e.epoch FROM tenure.claim_log e
+          JOIN tenure.claim_key k ON k.keyspace = e.keyspace AND k.key = e.key
+         WHERE e.claimed_at < v_cutoff
+           AND CASE WHEN e.epoch < k.epoch
+                    THEN (SELECT n.unclaimed_since FROM tenure.claim_log n
+                           WHERE n.keyspace = e.keyspace AND n.key = e.key AND n.epoch > e.epoch
+                           ORDER BY n.epoch LIMIT 1) < v_cutoff
+                    ELSE e.epoch = k.epoch AND k.claimant IS NULL AND k.unclaimed_since < v_cutoff END
+         ORDER BY e.claimed_at
+         LIMIT p_limit
+           FOR UPDATE OF e SKIP LOCKED
+    )
+    DELETE FROM tenure.claim_log AS l USING doomed d
+     WHERE (l.keyspace, l.key, l.epoch) = (d.keyspace, d.key, d.epoch);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END

@@ -295,14 +295,19 @@ BEGIN
     PERFORM tenure._check_prune('heartbeat_prune', p_older_than, p_limit);
     PERFORM tenure._durable();
     -- A term that is not current is never current again (the entry's term only grows).
-    DELETE FROM tenure.heartbeat_term AS t
-     WHERE (t.utype, t.term) IN (
-            SELECT e.utype, e.term FROM tenure.heartbeat_term e
-             WHERE e.ended_at IS NOT NULL AND e.ended_at < v_now - p_older_than
-               AND e.term < (SELECT h.term FROM tenure.heartbeat h WHERE h.utype = e.utype)
-             ORDER BY e.ended_at
-             LIMIT p_limit
-               FOR UPDATE OF e SKIP LOCKED);
+    -- The locking subquery runs once, MATERIALIZED: as a semi join's inner side it could be
+    -- rescanned per row, each rescan skipping the rows already deleted and locking more,
+    -- so more than p_limit went (seen with empty statistics after a vacuum).
+    WITH doomed AS MATERIALIZED (
+        SELECT e.utype, e.term FROM tenure.heartbeat_term e
+         WHERE e.ended_at IS NOT NULL AND e.ended_at < v_now - p_older_than
+           AND e.term < (SELECT h.term FROM tenure.heartbeat h WHERE h.utype = e.utype)
+         ORDER BY e.ended_at
+         LIMIT p_limit
+           FOR UPDATE OF e SKIP LOCKED
+    )
+    DELETE FROM tenure.heartbeat_term AS t USING doomed d
+     WHERE (t.utype, t.term) = (d.utype, d.term);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END

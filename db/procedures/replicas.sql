@@ -392,17 +392,20 @@ BEGIN
     v_cutoff := coalesce(p_now, clock_timestamp()) - p_older_than;
     PERFORM tenure._durable();
     -- A term ends when the next begins (or earlier): found by acquired_at, oldest first.
-    DELETE FROM tenure.replica_term AS r
-     WHERE (r.lock_id, r.epoch) IN (
-            SELECT e.lock_id, e.epoch FROM tenure.replica_term e
-              JOIN tenure.replica_lock l ON l.lock_id = e.lock_id
-             WHERE e.acquired_at < v_cutoff AND e.epoch < l.epoch
-               AND (SELECT n.acquired_at FROM tenure.replica_term n
-                     WHERE n.lock_id = e.lock_id AND n.epoch > e.epoch
-                     ORDER BY n.epoch LIMIT 1) < v_cutoff
-             ORDER BY e.acquired_at
-             LIMIT p_limit
-               FOR UPDATE OF e SKIP LOCKED);
+    -- MATERIALIZED: the locking subquery runs once (see _heartbeat_prune).
+    WITH doomed AS MATERIALIZED (
+        SELECT e.lock_id, e.epoch FROM tenure.replica_term e
+          JOIN tenure.replica_lock l ON l.lock_id = e.lock_id
+         WHERE e.acquired_at < v_cutoff AND e.epoch < l.epoch
+           AND (SELECT n.acquired_at FROM tenure.replica_term n
+                 WHERE n.lock_id = e.lock_id AND n.epoch > e.epoch
+                 ORDER BY n.epoch LIMIT 1) < v_cutoff
+         ORDER BY e.acquired_at
+         LIMIT p_limit
+           FOR UPDATE OF e SKIP LOCKED
+    )
+    DELETE FROM tenure.replica_term AS r USING doomed d
+     WHERE (r.lock_id, r.epoch) = (d.lock_id, d.epoch);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END

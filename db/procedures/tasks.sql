@@ -1138,12 +1138,15 @@ BEGIN
     PERFORM tenure._durable();
     -- The lease log goes with each task (ON DELETE CASCADE). A task locked by someone
     -- else (task_requeue of a dead one) is skipped, left for the next call.
+    -- ARRAY(...) runs the locking subquery once: as a semi join's inner side it could be
+    -- rescanned per row, each rescan skipping the rows already deleted and locking more,
+    -- so more than p_limit went (seen with empty statistics after a vacuum).
     DELETE FROM tenure.task AS t
-     WHERE t.id IN (SELECT f.id FROM tenure.task f
-                     WHERE f.status <> 'pending' AND f.finished_at < v_now - p_older_than
-                     ORDER BY f.finished_at
-                     LIMIT p_limit
-                       FOR UPDATE SKIP LOCKED)
+     WHERE t.id = ANY (ARRAY(SELECT f.id FROM tenure.task f
+                              WHERE f.status <> 'pending' AND f.finished_at < v_now - p_older_than
+                              ORDER BY f.finished_at
+                              LIMIT p_limit
+                                FOR UPDATE SKIP LOCKED))
        AND t.status <> 'pending';
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;

@@ -19,6 +19,16 @@ SELECT ok(NOT has_function_privilege('tenure_worker', format('tenure._%s(interva
           '_' || f || ' (time travel) is not executable by tenure_worker')
   FROM unnest(ARRAY['task_prune', 'heartbeat_prune', 'claim_prune', 'batch_prune', 'replica_prune']) f;
 
+-- Every prune below runs under the one plan these settings leave: a nested loop semi
+-- join whose inner side, the subquery that locks LIMIT p_limit rows, is rescanned for
+-- each outer row. A prune that locks its candidates in such a subquery deletes more
+-- than p_limit under it (each rescan skips the rows already deleted and locks the next).
+SET LOCAL enable_hashjoin = off;
+SET LOCAL enable_mergejoin = off;
+SET LOCAL enable_material = off;
+SET LOCAL enable_hashagg = off;
+SET LOCAL enable_sort = off;
+
 -- Tasks ---------------------------------------------------------------------------
 -- t1 done at T+1h (idempotency key r.k1), t2 dead at T+2h, t4 done at T+3h, each after a
 -- lease; t3 pending since T with a lease that ran out long ago; t5 pending, never leased.
