@@ -22,11 +22,14 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tenure.cli import main as cli_main
@@ -154,7 +157,22 @@ def _follow(chrome: webdriver.Chrome, element: WebElement) -> None:
     """Click a link or a submit button and wait for the next page: a click returns before
     the browser has loaded it, and the old page's elements would answer meanwhile."""
     element.click()
-    WebDriverWait(chrome, 30).until(expected_conditions.staleness_of(element))
+    WebDriverWait(chrome, 30).until(lambda _: _left_the_page(element))
+
+
+def _left_the_page(element: WebElement) -> bool:
+    """Whether the page that held ``element`` is gone. Chromium says so either as a stale
+    element or, in the middle of the navigation, as "Node with given id does not belong to
+    the document" (which ``staleness_of`` does not take for staleness)."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if "does not belong to the document" in str(error):
+            return True
+        raise
+    return False
 
 
 def _no_alert(chrome: webdriver.Chrome) -> None:
