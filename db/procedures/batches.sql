@@ -605,7 +605,7 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     UPDATE tenure.batch
-       SET status = p_status, detail = coalesce(p_detail, detail),
+       SET status = p_status, detail = coalesce(tenure._kept_text(p_detail), detail),
            resolved_at = CASE WHEN p_status = 'unknown' THEN NULL ELSE coalesce(p_now, clock_timestamp()) END
      WHERE id = p_id;
     IF p_status = 'invalid' THEN
@@ -758,7 +758,7 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE tenure.batch b
-       SET status = r.status, detail = coalesce(r.detail, b.detail),
+       SET status = r.status, detail = coalesce(tenure._kept_text(r.detail), b.detail),
            resolved_at = CASE WHEN r.status = 'unknown' THEN NULL ELSE v_now END
       FROM unnest(v_ids, v_statuses, v_details) AS r(id, status, detail)
      WHERE b.id = r.id;

@@ -15,6 +15,14 @@ AS $$
                 ELSE p_text END
 $$;
 
+-- What is kept of a free text a client reports (a task's error, a batch's detail): its
+-- first 64 kB of characters and its length. Cut, not refused: a refused task_fail would
+-- leave the failure unrecorded and the lease held, for an exception's long text.
+CREATE OR REPLACE FUNCTION tenure._kept_text(p_text text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT tenure._excerpt(p_text, 65536) $$;
+
 CREATE OR REPLACE FUNCTION tenure._invalid_argument(
     p_function text, p_argument text, p_problem text, p_found text, p_hint text
 ) RETURNS void

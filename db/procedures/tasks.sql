@@ -699,7 +699,7 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     UPDATE tenure.task AS t
-       SET attempts = t.attempts + 1, last_error = p_error, owner = NULL, leased_at = NULL,
+       SET attempts = t.attempts + 1, last_error = tenure._kept_text(p_error), owner = NULL, leased_at = NULL,
            status = CASE WHEN t.attempts + 1 >= t.max_attempts THEN 'dead' ELSE 'pending' END,
            next_action = CASE WHEN t.attempts + 1 >= t.max_attempts THEN NULL
                               ELSE v_now + coalesce(p_retry_delay, tenure._task_backoff(t.attempts))
@@ -916,7 +916,7 @@ BEGIN
                owner       = CASE WHEN o.outcome = 'extend' THEN t.owner END,
                leased_at   = CASE WHEN o.outcome = 'extend' THEN t.leased_at END,
                attempts    = t.attempts + (o.outcome = 'fail')::integer,
-               last_error  = CASE WHEN o.outcome = 'fail' THEN o.error ELSE t.last_error END,
+               last_error  = CASE WHEN o.outcome = 'fail' THEN tenure._kept_text(o.error) ELSE t.last_error END,
                next_action = CASE o.outcome
                                  WHEN 'extend' THEN v_now + p_lease
                                  WHEN 'release' THEN v_now + o.delay

@@ -17,6 +17,7 @@ DROP FUNCTION tenure._refuse_data(text, text, integer);
 DROP FUNCTION tenure._data_too_large(integer);
 DROP FUNCTION tenure._max_task_data();
 DROP FUNCTION tenure._check_count(text, text, text, bigint, integer);
+DROP FUNCTION tenure._kept_text(text);
 DROP FUNCTION tenure._excerpt(text, integer);
 
 COMMIT;

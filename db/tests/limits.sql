@@ -4,7 +4,7 @@
 -- below and just above its limit; and no error repeats a huge input: its message,
 -- DETAIL and HINT stay a few hundred characters whatever was passed.
 BEGIN;
-SELECT plan(55);
+SELECT plan(60);
 
 -- A jsonb object of exactly p_size bytes (pg_column_size): {"s": "xx...x"} is 17 bytes
 -- plus the string.
@@ -169,6 +169,37 @@ SELECT pg_temp.bounded_error(format($$SELECT tenure.schedule_set('lim', 'lim', p
                                     repeat('z', 10000000)), 'schedule_set, a 10 MB time zone');
 SELECT pg_temp.bounded_error(format($$SELECT tenure.replica_register(1, %L)$$, repeat('r', 10000000)),
                              'replica_register, a 10 MB scope');
+
+-- A task's error and a batch's detail are cut, not refused, to their first 65536
+-- characters and their length: a failure is always recorded, and never huge.
+SELECT tenure.task_enqueue('keep', '{}', 'new', '0', '00000000-0000-0000-0000-0000000000e1');
+SELECT tenure.task_enqueue('keep', '{}', 'new', '0', '00000000-0000-0000-0000-0000000000e2');
+SELECT tenure.task_enqueue('keep', '{}', 'new', '0', '00000000-0000-0000-0000-0000000000e3');
+SELECT count(*) FROM tenure.task_acquire('00000000-0000-0000-0000-00000000000a', '1 hour', 3, ARRAY['keep']);
+SELECT tenure.task_fail('00000000-0000-0000-0000-0000000000e1', '00000000-0000-0000-0000-00000000000a', 1, repeat('e', 10000000));
+SELECT ok((SELECT last_error FROM tenure.task WHERE id = '00000000-0000-0000-0000-0000000000e1') =
+          repeat('e', 65536) || '... (10000000 characters in all)', 'task_fail: a 10 MB error is kept as its first 64 kB and its length');
+SELECT tenure.task_fail('00000000-0000-0000-0000-0000000000e2', '00000000-0000-0000-0000-00000000000a', 1, repeat('e', 65536));
+SELECT ok((SELECT last_error FROM tenure.task WHERE id = '00000000-0000-0000-0000-0000000000e2') = repeat('e', 65536),
+          'task_fail: an error of 65536 characters is kept whole');
+SELECT count(*) FROM tenure.task_cycle('00000000-0000-0000-0000-00000000000a', '1 hour', 0, ARRAY['keep'],
+    jsonb_build_array(jsonb_build_object('id', '00000000-0000-0000-0000-0000000000e3', 'epoch', 1, 'outcome', 'fail',
+                                         'error', repeat('c', 65537))));
+SELECT ok((SELECT last_error FROM tenure.task WHERE id = '00000000-0000-0000-0000-0000000000e3') =
+          repeat('c', 65536) || '... (65537 characters in all)', 'task_cycle: a failure''s error is cut the same way');
+SELECT count(*) FROM tenure.batch_enqueue('keep', 'k', 'p', p_id => '00000000-0000-0000-0000-0000000000b1');
+SELECT count(*) FROM tenure.batch_enqueue('keep', 'k2', 'p', p_id => '00000000-0000-0000-0000-0000000000b2');
+SELECT count(*) FROM tenure.claim_take('keep', '00000000-0000-0000-0000-00000000000a', '1 hour');
+SELECT count(*) FROM tenure.batch_select('keep', '00000000-0000-0000-0000-00000000000a', 10, 2);
+SELECT tenure.batch_resolve('keep', '00000000-0000-0000-0000-00000000000a', '00000000-0000-0000-0000-0000000000b1', 1,
+                            'committed', repeat('d', 10000000));
+SELECT ok((SELECT detail FROM tenure.batch WHERE id = '00000000-0000-0000-0000-0000000000b1') =
+          repeat('d', 65536) || '... (10000000 characters in all)', 'batch_resolve: a 10 MB detail is cut the same way');
+SELECT tenure.batch_resolve_many('keep', '00000000-0000-0000-0000-00000000000a',
+    jsonb_build_array(jsonb_build_object('id', '00000000-0000-0000-0000-0000000000b2', 'epoch', 1, 'status', 'committed',
+                                         'detail', repeat('m', 70000))));
+SELECT ok((SELECT detail FROM tenure.batch WHERE id = '00000000-0000-0000-0000-0000000000b2') =
+          repeat('m', 65536) || '... (70000 characters in all)', 'batch_resolve_many: a detail is cut the same way');
 
 SELECT * FROM finish();
 ROLLBACK;
