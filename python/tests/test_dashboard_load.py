@@ -5,9 +5,9 @@ answers promptly once the storm is over.
 
 The fleet is made in one INSERT ... SELECT generate_series as the schema owner, not by
 enqueueing: the million tasks of issue 27 (20-50 s on two cores), fewer with
-TENURE_DASHBOARD_FLEET=20000 while working on it. The bounds are generous on purpose: they tell a bounded answer
-from an unbounded one (the million-task /tasks was 20.8 MB and 5.8 s, the next request
-after a storm 85 s), not a fast machine from a slow one.
+TENURE_DASHBOARD_FLEET=20000 while working on it. The bounds are generous on purpose:
+they tell a bounded answer from an unbounded one (the million-task /tasks was 20.8 MB
+and 5.8 s, the next request after a storm 85 s), not a fast machine from a slow one.
 """
 
 from __future__ import annotations
