@@ -45,8 +45,10 @@ import psycopg
 
 from tenure.connect import (
     aconnect,
+    adurable_transaction,
     arefuse_transaction_pooling,
     connect,
+    durable_transaction,
     instance_name,
     refuse_transaction_pooling,
 )
@@ -326,13 +328,15 @@ class ReplicaManager(Replication, GrantLoop):
 
         Raises NotPrimary when this replica is passive, or when the database says the
         session no longer holds the lock in this replica's epoch; the transaction
-        commits when the block ends without an exception.
+        commits when the block ends without an exception, and a commit the server could
+        not confirm (its wait for the synchronous standby was cancelled) raises
+        CommitNotConfirmed, as the lock connection is lost.
         """
         self._writable()  # a passive replica refuses at once, without waiting for its turn
         with self._writing:
             epoch, connection = self._writable()
             try:
-                with connection.transaction():
+                with durable_transaction(connection):
                     Driver(connection).replica_guard(epoch=epoch, counter=self.counter, scope=self.scope)
                     yield connection
             except (psycopg.Error, NotPrimary) as error:
@@ -407,7 +411,7 @@ class AsyncReplicaManager(Replication, AsyncGrantLoop):
         async with self._writing:
             epoch, connection = self._writable()
             try:
-                async with connection.transaction():
+                async with adurable_transaction(connection):
                     await AsyncDriver(connection).replica_guard(
                         epoch=epoch, counter=self.counter, scope=self.scope
                     )
