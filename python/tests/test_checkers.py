@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from tenure.testing.claims import ClaimSpan, ClaimWork, check_claims
-from tenure.testing.failover import ClientLog, check_records
+from tenure.testing.failover import AREAS, SERVE_BOUNDS, ClientLog, Timing, check_records
 from tenure.testing.ledger import check_applied
 from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 from tenure.testing.tasks import Effect, Lease, Step, check_effects, check_task_records
@@ -264,6 +264,32 @@ def test_the_failover_checker_reports_a_run_without_any_replica_write() -> None:
     log, tables = fleet_log()
     log.replica_writes.clear()
     assert reported(failover_problems(log, tables), "the active replicas made no write")
+
+
+def test_the_time_to_serve_again_is_measured_from_the_log_and_held_to_its_bound() -> None:
+    log = ClientLog()
+    for area in AREAS:
+        log.add("served", area, 9.0)  # before the fault: not counted
+        log.add("served", area, 21.0 + SERVE_BOUNDS[area] / 2)
+    log.add("served", "claims", 19.5)  # during the outage, before writable: not counted
+    log.add("served", "replicas", 21.0 + SERVE_BOUNDS["replicas"] / 2 + 5)
+    timing = Timing.measure(log, fault=10.0, writable=20.0, primary=20.5)
+    assert timing.takeover == 0.5
+    assert timing.to_serve("elector") == SERVE_BOUNDS["elector"] / 2 + 1
+    assert timing.late_areas() == []
+    log.served[:] = [(area, at) for area, at in log.served if area != "batches"]
+    late = Timing.measure(log, fault=10.0, writable=20.0, primary=20.5)
+    assert late.late_areas() == ["batches"] and "batches never" in late.serving()
+    log.add("served", "batches", 21.0 + SERVE_BOUNDS["batches"])
+    assert Timing.measure(log, fault=10.0, writable=20.0, primary=20.5).late_areas() == ["batches"]
+
+
+def test_a_client_logs_served_at_most_every_tenth_of_a_second_per_area() -> None:
+    log = ClientLog()
+    for _ in range(100):
+        log.serve("tasks")
+    log.serve("claims")
+    assert [area for area, _ in log.served] == ["tasks", "claims"]
 
 
 def test_a_client_log_reads_back_what_it_wrote() -> None:
