@@ -15,8 +15,8 @@ thawed once another node took over. After each, the time until each area served 
 once the database was writable is measured from the clients' logs. At the end the
 clients' own logs of what they were told are checked against the final database and
 the ledger, and a picture shows, on this machine's monotonic clock,
-which node was the writable primary and which elector believed it was primary in
-which term.
+which node was the writable primary, which elector believed it was primary in
+which term, and which replica was active in which epoch.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ COLOURS = {
     "down": "lightgrey",
     "frozen": "tab:purple",
     "believed primary": "tab:orange",
+    "active replica": "tab:cyan",
 }
 
 
@@ -367,7 +368,7 @@ def _picture(
     ttl: int,
     out: IO[str],
 ) -> Path | None:
-    """The picture: a band for the database, one per node, one per elector."""
+    """The picture: a band for the database, one per node, one per elector, one per replica."""
     started, ended = window
     spans = []
     samples = [s for s in watch.samples if started <= s.at <= ended]
@@ -381,11 +382,21 @@ def _picture(
     spans = _merged(spans)
     for begin, end, name, term in log.primacy(until=ended):
         spans.append((name, begin - started, min(end, ended) - started, f"term {term}", "believed primary"))
+    for name, epoch, begin, end in log.replicas:
+        replica = name.split(":")[0]  # the process's replica, whatever its pid
+        spans.append(
+            (replica, begin - started, min(end, ended) - started, f"epoch {epoch}", "active replica")
+        )
     return plots.bands(
         path,
         title=f"the database fails over under the services (Patroni ttl {ttl} s; "
         f"electors I = {INTERVAL} s, T = {TIMEOUT} s)",
-        rows=["database", *sorted({row for row, *_ in spans} - {"database", *ELECTORS}), *ELECTORS],
+        rows=[
+            "database",
+            *sorted({row for row, *_ in spans} - {"database", *ELECTORS, *REPLICAS}),
+            *ELECTORS,
+            *REPLICAS,
+        ],
         spans=spans,
         colours=COLOURS,
         events=[(f.label.split(" (")[0], f.at - started) for f in failovers],
