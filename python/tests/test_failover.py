@@ -91,8 +91,6 @@ def run_scenario(cluster: PatroniCluster, fault: Callable[[], float], *, tasks: 
         assert elected is not None
         # An area that does not serve again is reported by report(), after the checks.
         wait(lambda: all(log.served_at(area, writable_at) is not None for area in AREAS), 60)
-        producing.set()
-        producer.join()
         with cluster.connect(None, DB) as admin:
             assert wait(
                 lambda: (
@@ -101,6 +99,8 @@ def run_scenario(cluster: PatroniCluster, fault: Callable[[], float], *, tasks: 
                 ),
                 90,
             ), "every task done after the failover"
+            producing.set()  # batches flowed as long as tasks did
+            producer.join()
             assert wait(
                 lambda: (
                     admin.execute(
