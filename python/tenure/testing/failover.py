@@ -592,17 +592,18 @@ class Fleet:
         self.stopping.set()
         for thread in self._threads:
             thread.join()
-        for worker in self._workers:
-            worker.stop()
-        for claimer in self._claimers:
-            claimer.stop()
-        for pool, ledger in self._pools:
-            pool.stop()
+        # Each runtime takes up to its grace to stop: all at once, as a fleet of processes would.
+        stops = [
+            runtime.stop for runtime in [*self._workers, *self._claimers, *self._replicas, *self._electors]
+        ]
+        stops += [pool.stop for pool, _ in self._pools]
+        stopping = [threading.Thread(target=stop, daemon=True) for stop in stops]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+        for _, ledger in self._pools:
             ledger.close()
-        for replica in self._replicas:
-            replica.stop()
-        for elector in self._electors:
-            elector.stop()
 
 
 # -- the checks -------------------------------------------------------------------------
