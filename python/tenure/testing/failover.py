@@ -632,16 +632,17 @@ def check_records(
     effects: Sequence[tuple[uuid.UUID, int]],
     tasks: Iterable[tuple[uuid.UUID, str, int]],
     claim_writes: Iterable[tuple[uuid.UUID, str, int, int]],
-    batches: Iterable[tuple[uuid.UUID, str, int, str]],
-    ledger: Iterable[tuple[uuid.UUID, str, int, int]],
-    replica_writes: Iterable[tuple[str, int, int]],
+    batches: Iterable[tuple[uuid.UUID, str, int, str]] | None = None,
+    ledger: Iterable[tuple[uuid.UUID, str, int, int]] | None = None,
+    replica_writes: Iterable[tuple[str, int, int]] | None = None,
 ) -> list[str]:
     """The clients' log against the final tables: ``writes`` (fo_writes: instance, term,
     seq), ``effects`` (fo_effects: task, epoch), ``tasks`` (tenure.task: id, status,
     epoch), ``claim_writes`` (fo_claim_writes: instance, key, epoch, seq), ``batches``
     (tenure.batch of the queue: id, key, seq, status), ``ledger`` (fo_ledger: batch, key,
     seq, position) and ``replica_writes`` (fo_replica_writes: replica, epoch, seq); the
-    violations found."""
+    violations found. Without ``batches`` and ``ledger`` (a fleet without submission
+    pools), or without ``replica_writes`` (without replicas), that area is not checked."""
     problems = []
     granted: dict[int, set[str]] = {}
     for name, term, _ in log.elected:
@@ -679,12 +680,12 @@ def check_records(
         problems.append("the primaries made no fenced write")
     if final and not log.outcomes:
         problems.append(f"no acknowledged task outcome to check, though {len(final)} tasks exist")
-    return (
-        problems
-        + _claim_problems(log, set(claim_writes))
-        + _batch_problems(log, list(batches), list(ledger))
-        + _replica_problems(log, set(replica_writes))
-    )
+    problems += _claim_problems(log, set(claim_writes))
+    if batches is not None and ledger is not None:
+        problems += _batch_problems(log, list(batches), list(ledger))
+    if replica_writes is not None:
+        problems += _replica_problems(log, set(replica_writes))
+    return problems
 
 
 def _claim_problems(log: ClientLog, claim_writes: set[tuple[uuid.UUID, str, int, int]]) -> list[str]:
