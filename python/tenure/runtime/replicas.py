@@ -252,6 +252,14 @@ class Replication(GrantLogic):
             return
         self.lock_id = grant.lock_id
         self.last_answer = grant
+        if grant.acquired and self._given_up(grant.epoch):
+            # This session still holds the lock in an epoch this replica stepped down from (its
+            # watchdog ran out while a call or a write hung): an answer that wrote nothing,
+            # which an old primary thawed after a failover gives as well, before it is demoted.
+            # Only a ping, which must commit durably, takes that epoch up again.
+            yield from OPS.replica_ping(
+                self.name, grant.epoch, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
+            )
         if grant.acquired:
             self._confirm(grant.epoch, sent + self.timing.idle_timeout, too_late="ping answered too late")
 
