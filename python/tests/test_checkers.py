@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from tenure.testing.claims import ClaimSpan, ClaimWork, check_claims
-from tenure.testing.failover import ClientLog, check_records
+from tenure.testing.failover import AREAS, SERVE_BOUNDS, ClientLog, Timing, check_records
 from tenure.testing.ledger import check_applied
 from tenure.testing.replicas import Answer, ReplicaTerm, ReplicaWrite, check_replica_records
 from tenure.testing.tasks import Effect, Lease, Step, check_effects, check_task_records
@@ -39,23 +39,30 @@ E0, E1 = uuid4(), uuid4()
 TASK_A, TASK_B = uuid4(), uuid4()
 W0, W1 = uuid4(), uuid4()
 CL0, CL1 = uuid4(), uuid4()
+B1, B2, B3 = uuid4(), uuid4(), uuid4()
 
 
 @dataclass
 class Tables:
     """The final tables the failover checker reads: fo_writes, fo_effects, tenure.task,
-    fo_claim_writes."""
+    fo_claim_writes, the queue's tenure.batch, fo_ledger, fo_replica_writes."""
 
     writes: list[tuple[UUID, int, int]]
     effects: list[tuple[UUID, int]]
     tasks: list[tuple[UUID, str, int]]
     claim_writes: list[tuple[UUID, str, int, int]]
+    batches: list[tuple[UUID, str, int, str]]
+    ledger: list[tuple[UUID, str, int, int]]
+    replica_writes: list[tuple[str, int, int]]
 
 
 def fleet_log() -> tuple[ClientLog, Tables]:
     """A clean run: e0 primary in term 1, then e1 in term 2; two tasks completed; key k0
     held by claimer CL0 in epoch 1, then by CL1 in epoch 2 (after CL0's safe window), k1 by
-    CL1 throughout, each with a fenced write; and the final tables that match it."""
+    CL1 throughout, each with a fenced write; batches 1 and 2 of key b0 and 1 of b1 applied
+    in order (the application of b0#2 acknowledged to nobody: its commit was not confirmed);
+    replica r0 active in epoch 1, then r1 in epoch 2 after r0's safe window, each with a
+    write; and the final tables that match it."""
     log = ClientLog()
     log.add("elected", "e0", 1, 10.0)
     log.add("demoted", "e0", 12.0)
@@ -74,11 +81,21 @@ def fleet_log() -> tuple[ClientLog, Tables]:
     log.add("claim_writes", CL0, "k0", 1, 0)
     log.add("claim_writes", CL1, "k0", 2, 0)
     log.add("claim_writes", CL1, "k1", 1, 1)
+    log.enqueued_batch_ids([B1, B2, B3])
+    log.add("batches", B1, "b0", 1)
+    log.add("batches", B3, "b1", 1)
+    log.add("replicas", "r0", 1, 10.0, 11.5)  # its safe window ended at 11.5
+    log.add("replicas", "r1", 2, 12.0, 20.0)
+    log.add("replica_writes", "r0", 1, 0)
+    log.add("replica_writes", "r1", 2, 3)
     tables = Tables(
         writes=[(E0, 1, 0), (E1, 2, 1)],
         effects=[(TASK_A, 1), (TASK_B, 2)],
         tasks=[(TASK_A, "done", 1), (TASK_B, "done", 2)],
         claim_writes=[(CL0, "k0", 1, 0), (CL1, "k0", 2, 0), (CL1, "k1", 1, 1)],
+        batches=[(B1, "b0", 1, "committed"), (B2, "b0", 2, "committed"), (B3, "b1", 1, "committed")],
+        ledger=[(B1, "b0", 1, 1), (B2, "b0", 2, 2), (B3, "b1", 1, 1)],
+        replica_writes=[("r0", 1, 0), ("r1", 2, 3)],
     )
     return log, tables
 
@@ -90,6 +107,9 @@ def failover_problems(log: ClientLog, tables: Tables) -> list[str]:
         effects=tables.effects,
         tasks=tables.tasks,
         claim_writes=tables.claim_writes,
+        batches=tables.batches,
+        ledger=tables.ledger,
+        replica_writes=tables.replica_writes,
     )
 
 
@@ -177,11 +197,119 @@ def test_the_failover_checker_reports_a_run_without_any_claim_fenced_write() -> 
     assert reported(failover_problems(log, tables), "the claimers made no fenced write")
 
 
+def test_the_failover_checker_reports_a_batch_applied_twice() -> None:
+    log, tables = fleet_log()
+    tables.ledger.append((B1, "b0", 1, 3))  # sent again after it was applied: a later position
+    assert reported(failover_problems(log, tables), "batches: b0: applied more than once", "('b0', 1)")
+
+
+def test_the_failover_checker_reports_batches_applied_out_of_order() -> None:
+    log, tables = fleet_log()
+    tables.ledger[:2] = [(B2, "b0", 2, 1), (B1, "b0", 1, 2)]
+    assert reported(failover_problems(log, tables), "batches: b0: applied out of submission order")
+
+
+def test_the_failover_checker_reports_a_batch_never_applied() -> None:
+    log, tables = fleet_log()
+    del tables.ledger[1]  # b0#2 resolved as committed, but not in the ledger
+    assert reported(failover_problems(log, tables), "batches: b0: 1 batches never applied")
+
+
+def test_the_failover_checker_reports_a_lost_acknowledged_application() -> None:
+    log, tables = fleet_log()
+    del tables.ledger[2]  # the acknowledged application of b1#1 is gone after the failover
+    tables.batches[2] = (B3, "b1", 1, "pending")
+    problems = failover_problems(log, tables)
+    assert reported(problems, "1 acknowledged applications of batches lost")
+    assert reported(problems, "1 of 3 batches not committed", "b1#1 pending")
+
+
+def test_the_failover_checker_reports_a_lost_enqueued_batch() -> None:
+    log, tables = fleet_log()
+    log.enqueued_batch_ids([uuid4()])  # acknowledged to the producer, gone from tenure.batch
+    assert reported(failover_problems(log, tables), "1 acknowledged enqueued batches lost")
+
+
+def test_the_failover_checker_reports_a_run_without_any_applied_batch() -> None:
+    log, tables = fleet_log()
+    log.batches.clear()
+    assert reported(failover_problems(log, tables), "the submission pools applied no batch")
+
+
+def test_the_failover_checker_reports_two_active_replicas_at_once() -> None:
+    log, tables = fleet_log()
+    log.replicas[0] = ("r0", 1, 10.0, 12.3)  # r0 believed it was active past r1's start at 12.0
+    assert reported(failover_problems(log, tables), "two replicas active at once, 1 times", "r1 active")
+
+
+def test_the_failover_checker_reports_a_replica_epoch_granted_twice() -> None:
+    log, tables = fleet_log()
+    log.add("replicas", "r2", 2, 21.0, 22.0)  # after r1's span, but in r1's epoch
+    assert reported(failover_problems(log, tables), "a replica epoch granted to two replicas", "r2")
+
+
+def test_the_failover_checker_reports_a_lost_replica_write() -> None:
+    log, tables = fleet_log()
+    tables.replica_writes.remove(("r1", 2, 3))
+    assert reported(failover_problems(log, tables), "1 acknowledged replica writes lost")
+
+
+def test_the_failover_checker_reports_a_replica_write_in_an_epoch_never_granted() -> None:
+    log, tables = fleet_log()
+    tables.replica_writes.append(("r0", 2, 9))  # r0 was never active in epoch 2
+    assert reported(failover_problems(log, tables), "1 replica writes in an epoch their writer was never")
+
+
+def test_the_failover_checker_reports_a_run_without_any_replica_write() -> None:
+    log, tables = fleet_log()
+    log.replica_writes.clear()
+    assert reported(failover_problems(log, tables), "the active replicas made no write")
+
+
+def test_the_time_to_serve_again_is_measured_from_the_log_and_held_to_its_bound() -> None:
+    log = ClientLog()
+    for area in AREAS:
+        log.add("served", area, 9.0)  # before the fault: not counted
+        log.add("served", area, 21.0 + SERVE_BOUNDS[area] / 2)
+    log.add("served", "claims", 19.5)  # during the outage, before writable: not counted
+    log.add("served", "replicas", 21.0 + SERVE_BOUNDS["replicas"] / 2 + 5)
+    timing = Timing.measure(log, fault=10.0, writable=20.0, primary=20.5)
+    assert timing.takeover == 0.5
+    assert timing.to_serve("elector") == SERVE_BOUNDS["elector"] / 2 + 1
+    assert timing.late_areas() == []
+    log.served[:] = [(area, at) for area, at in log.served if area != "batches"]
+    late = Timing.measure(log, fault=10.0, writable=20.0, primary=20.5)
+    assert late.late_areas() == ["batches"] and "batches never" in late.serving()
+    log.add("served", "batches", 21.0 + SERVE_BOUNDS["batches"])
+    assert Timing.measure(log, fault=10.0, writable=20.0, primary=20.5).late_areas() == ["batches"]
+
+
+def test_a_client_logs_served_at_most_every_tenth_of_a_second_per_area() -> None:
+    log = ClientLog()
+    for _ in range(100):
+        log.serve("tasks")
+    log.serve("claims")
+    assert [area for area, _ in log.served] == ["tasks", "claims"]
+
+
 def test_a_client_log_reads_back_what_it_wrote() -> None:
     log, _ = fleet_log()
+    log.add("served", "batches", 10.5)
     sink = io.StringIO()
     written = ClientLog(sink=sink)
-    kinds = ("elected", "demoted", "writes", "leases", "outcomes", "claims", "claim_writes")
+    kinds = (
+        "elected",
+        "demoted",
+        "writes",
+        "leases",
+        "outcomes",
+        "claims",
+        "claim_writes",
+        "batches",
+        "replicas",
+        "replica_writes",
+        "served",
+    )
     for kind in kinds:
         for record in getattr(log, kind):
             written.add(kind, *record)

@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure.aio import AsyncReplicaManager
 from tenure.driver import Driver
-from tenure.errors import InvalidConfiguration, NotPrimary
+from tenure.errors import CommitNotConfirmed, InvalidConfiguration, NotPrimary
 from tenure.http.replica import ReplicaServer, active_only
 from tenure.runtime.replicas import ReplicaManager, ReplicaTiming
 from tenure.testing.aio import Flavour
@@ -157,6 +157,23 @@ def test_manager_fails_over_and_guards_writes(
     assert first.wait_until_active(5 * I + 2)
     rows = admin.execute("SELECT replica, epoch FROM tenure_demo.replica_test").fetchall()
     assert rows == [(first.name, 1)]
+
+
+def test_a_write_whose_commit_was_not_confirmed_fails(
+    managers: Callable[..., ReplicaManager], flavour: Flavour
+) -> None:
+    """A write whose commit's wait for the synchronous standby was cancelled (kept by the old
+    primary alone, so a failover may lose it) is not acknowledged: write() raises, as every
+    runtime transaction does. (A WARNING raised in the transaction stands in for the
+    server's, as no standby runs here.) The replica then reclaims its lock."""
+    replica = managers("unconfirmed")
+    assert replica.wait_until_active(10)
+    cancelled = (
+        "DO $$ BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; END $$"
+    )
+    with pytest.raises(CommitNotConfirmed):
+        written(flavour, replica, cancelled)
+    assert replica.wait_until_active(10)
 
 
 def test_blip_shorter_than_grace_keeps_the_replica_active(

@@ -4,14 +4,19 @@ A 3-node Patroni cluster (etcd v2, ``synchronous_mode_strict``, the harness of
 ``tenure.testing.patroni``) holds the database. The fleet of ``tenure.testing.failover``
 runs as separate processes through a multi-host conninfo with
 ``target_session_attrs=read-write``: three electors that make fenced writes while they
-believe they are primary, two task workers draining a stream of tasks, and two
-claimers sharing six keys and making fenced writes on the keys they hold, all as a
-role with ``synchronous_commit = off``. The database switches over, then its primary
+believe they are primary, two task workers draining a stream of tasks, two
+claimers sharing six keys and making fenced writes on the keys they hold, two
+submission pools sending a stream of batches of four keys to a ledger table (each
+batch applied under its key's claim), and three active/passive replicas of one
+service writing through the replica lock while active, all as a role with
+``synchronous_commit = off``. The database switches over, then its primary
 node is SIGKILLed, then the next primary node is frozen (SIGSTOP) past Patroni's ttl and
-thawed once another node took over. At the end the clients' own logs of what they were told are checked
-against the final database, and a picture shows, on this machine's monotonic clock,
-which node was the writable primary and which elector believed it was primary in
-which term.
+thawed once another node took over. After each, the time until each area served again
+once the database was writable is measured from the clients' logs. At the end the
+clients' own logs of what they were told are checked against the final database and
+the ledger, and a picture shows, on this machine's monotonic clock,
+which node was the writable primary, which elector believed it was primary in
+which term, and which replica was active in which epoch.
 """
 
 from __future__ import annotations
@@ -34,14 +39,18 @@ from tenure.testing import plots, procs
 from tenure.testing.child import ChildProcess
 from tenure.testing.failover import (
     APP,
+    AREAS,
+    BATCH_KEYS,
     INTERVAL,
     KEYS,
+    QUEUE,
     SETUP,
     TAKEOVER_BOUND,
     TIMEOUT,
     ClientLog,
     Timing,
     check,
+    enqueue_batches,
     enqueue_stream,
     wait,
 )
@@ -49,6 +58,7 @@ from tenure.testing.patroni import BINARIES, PatroniCluster
 
 DB = "tenure_failover"
 ELECTORS, WORKERS, CLAIMERS = ("e0", "e1", "e2"), ("w0", "w1"), ("c0", "c1")
+QUEUES, REPLICAS = ("q0", "q1"), ("r0", "r1", "r2")
 RUN = 4.0  # seconds of work before, between and after the failovers
 FROZEN = 3.0  # seconds the frozen primary stays frozen after another took over
 
@@ -61,6 +71,7 @@ COLOURS = {
     "down": "lightgrey",
     "frozen": "tab:purple",
     "believed primary": "tab:orange",
+    "active replica": "tab:cyan",
 }
 
 
@@ -134,7 +145,8 @@ class NodeWatch:
 
 
 class FleetProcess(ChildProcess):
-    """One elector, task worker or claimer of the fleet (``python -m tenure.testing.failover``)."""
+    """One elector, task worker, claimer, submission pool or replica of the fleet
+    (``python -m tenure.testing.failover``)."""
 
     def __init__(self, conninfo: str, role: str, name: str, workdir: Path) -> None:
         super().__init__(
@@ -184,22 +196,32 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
     print(
         f"  processes: electors {', '.join(ELECTORS)} (I = {INTERVAL} s, T = {TIMEOUT} s) making "
         f"fenced writes while primary, task workers {', '.join(WORKERS)} draining a stream of tasks, "
-        f"claimers {', '.join(CLAIMERS)} sharing {len(KEYS)} keys with fenced writes on those they hold; "
+        f"claimers {', '.join(CLAIMERS)} sharing {len(KEYS)} keys with fenced writes on those they hold, "
+        f"submission pools {', '.join(QUEUES)} sending batches of {len(BATCH_KEYS)} keys to a ledger "
+        f"table, replicas {', '.join(REPLICAS)} of one service writing while active; "
         f"as {APP}, whose synchronous_commit is off, through every node with target_session_attrs=read-write",
         file=out,
     )
     watch = NodeWatch(cluster).start()
     producer_log, stopping = ClientLog(), threading.Event()
-    producer = threading.Thread(
-        target=enqueue_stream, args=(conninfo, producer_log, stopping), kwargs={"batch": 10, "every": 0.5}
-    )
+    producers = [
+        threading.Thread(
+            target=enqueue_stream, args=(conninfo, producer_log, stopping), kwargs={"batch": 10, "every": 0.5}
+        ),
+        threading.Thread(
+            target=enqueue_batches, args=(conninfo, producer_log, stopping), kwargs={"every": 0.2}
+        ),
+    ]
     fleet = [FleetProcess(conninfo, "elector", name, workdir) for name in ELECTORS]
     fleet += [FleetProcess(conninfo, "worker", name, workdir) for name in WORKERS]
     fleet += [FleetProcess(conninfo, "claimer", name, workdir) for name in CLAIMERS]
+    fleet += [FleetProcess(conninfo, "queue", name, workdir) for name in QUEUES]
+    fleet += [FleetProcess(conninfo, "replica", name, workdir) for name in REPLICAS]
 
     def client_log() -> ClientLog:
         log = ClientLog.read(line for process in fleet for line in process.output().splitlines())
         log.enqueued_tasks(producer_log.enqueued)
+        log.enqueued_batch_ids(producer_log.enqueued_batches)
         return log
 
     failovers: list[Failover] = []
@@ -216,15 +238,17 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
         if elected is None:
             print(f"  {label}: no primary within 30 s", file=out)
             return
-        timing = Timing(writable=writable - at, primary=elected[0] - at)
+        time.sleep(RUN)
+        wait(lambda: all(client_log().served_at(area, writable) is not None for area in AREAS), 30)
+        timing = Timing.measure(client_log(), fault=at, writable=writable, primary=elected[0])
         failovers.append(Failover(label, at, timing))
         print(
             f"  {label}: no writable primary for {outage[1] - outage[0] if outage else 0.0:.1f} s (sampled "
             f"every {watch.every} s), writable again {timing.writable:.1f} s after the fault; a primary "
-            f"(term {elected[1]}) {timing.takeover:.2f} s after that (bound {TAKEOVER_BOUND:.0f} s)",
+            f"(term {elected[1]}) {timing.takeover:.2f} s after that (bound {TAKEOVER_BOUND:.0f} s)\n"
+            f"    serving again after writable: {timing.serving()}",
             file=out,
         )
-        time.sleep(RUN)
 
     def switchover(old: str) -> tuple[str, float]:
         new = cluster.switchover(cluster.sync_standby())
@@ -248,7 +272,8 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
         started = time.monotonic()
         for process in fleet:
             process.wait_for_output("started", 30)
-        producer.start()
+        for producer in producers:
+            producer.start()
         wait(lambda: client_log().primary_at(started) is not None, 30)
         first = client_log().primary_at(started)
         print(f"  term {first[1] if first else '?'} granted; running for {RUN:.0f} s", file=out)
@@ -256,7 +281,8 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
         for fault in (switchover, kill, freeze):
             fail_over(fault)
         stopping.set()
-        producer.join()
+        for producer in producers:
+            producer.join()
         with cluster.connect(None, DB) as admin:
             drained = wait(
                 lambda: (
@@ -265,13 +291,27 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
                 ),
                 60,
             )
+            committed = wait(
+                lambda: (
+                    admin.execute(
+                        "SELECT count(*) FROM tenure.batch WHERE keyspace = %s AND status <> 'committed'",
+                        (QUEUE,),
+                    ).fetchone()
+                    == (0,)
+                ),
+                60,
+            )
         print(
-            f"  {len(producer_log.enqueued)} tasks enqueued, {'all' if drained else 'NOT all'} done", file=out
+            f"  {len(producer_log.enqueued)} tasks enqueued, {'all' if drained else 'NOT all'} done; "
+            f"{len(producer_log.enqueued_batches)} batches enqueued, {'all' if committed else 'NOT all'} "
+            "committed",
+            file=out,
         )
     finally:
         stopping.set()
-        if producer.is_alive():
-            producer.join()
+        for producer in producers:
+            if producer.is_alive():
+                producer.join()
         for process in fleet:
             process.signal(signal.SIGTERM)  # all at once: each takes its grace
         for process in fleet:
@@ -284,7 +324,12 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
     problems += [
         f"{f.label}: a primary {f.timing.takeover:.2f} s after writable"
         for f in failovers
-        if not f.timing.within_bound
+        if f.timing.takeover > TAKEOVER_BOUND
+    ]
+    problems += [
+        f"{f.label}: late to serve again after writable: {f.timing.serving()}"
+        for f in failovers
+        if f.timing.late_areas()
     ]
     if len(failovers) < 3:
         problems.append("not every failover gave a new primary")
@@ -299,7 +344,12 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
             f"(task, epoch) twice; all {len(log.writes)} acknowledged fenced writes and "
             f"all {len(log.outcomes)} acknowledged task outcomes are there; every task done exactly once; "
             f"{len(log.claims)} claims of keys, no key held by two claimers at once nor granted twice in "
-            f"one epoch; all {len(log.claim_writes)} acknowledged claim-fenced writes are there",
+            f"one epoch; all {len(log.claim_writes)} acknowledged claim-fenced writes are there; "
+            f"all {len(log.enqueued_batches)} acknowledged batches applied once and in order "
+            f"({len(log.batches)} acknowledged applications, all there); "
+            f"{len(log.replicas)} active spans of replicas (epochs "
+            f"{', '.join(str(epoch) for epoch in sorted({e for _, e, *_ in log.replicas}))}), never two "
+            f"active at once; all {len(log.replica_writes)} acknowledged replica writes are there",
             file=out,
         )
     picture = _picture(workdir / "failover.png", watch, log, failovers, (started, ended), cluster.ttl, out)
@@ -318,7 +368,7 @@ def _picture(
     ttl: int,
     out: IO[str],
 ) -> Path | None:
-    """The picture: a band for the database, one per node, one per elector."""
+    """The picture: a band for the database, one per node, one per elector, one per replica."""
     started, ended = window
     spans = []
     samples = [s for s in watch.samples if started <= s.at <= ended]
@@ -332,11 +382,21 @@ def _picture(
     spans = _merged(spans)
     for begin, end, name, term in log.primacy(until=ended):
         spans.append((name, begin - started, min(end, ended) - started, f"term {term}", "believed primary"))
+    for name, epoch, begin, end in log.replicas:
+        replica = name.split(":")[0]  # the process's replica, whatever its pid
+        spans.append(
+            (replica, begin - started, min(end, ended) - started, f"epoch {epoch}", "active replica")
+        )
     return plots.bands(
         path,
         title=f"the database fails over under the services (Patroni ttl {ttl} s; "
         f"electors I = {INTERVAL} s, T = {TIMEOUT} s)",
-        rows=["database", *sorted({row for row, *_ in spans} - {"database", *ELECTORS}), *ELECTORS],
+        rows=[
+            "database",
+            *sorted({row for row, *_ in spans} - {"database", *ELECTORS, *REPLICAS}),
+            *ELECTORS,
+            *REPLICAS,
+        ],
         spans=spans,
         colours=COLOURS,
         events=[(f.label.split(" (")[0], f.at - started) for f in failovers],

@@ -45,8 +45,10 @@ import psycopg
 
 from tenure.connect import (
     aconnect,
+    adurable_transaction,
     arefuse_transaction_pooling,
     connect,
+    durable_transaction,
     instance_name,
     refuse_transaction_pooling,
 )
@@ -250,6 +252,14 @@ class Replication(GrantLogic):
             return
         self.lock_id = grant.lock_id
         self.last_answer = grant
+        if grant.acquired and self._given_up(grant.epoch):
+            # This session still holds the lock in an epoch this replica stepped down from (its
+            # watchdog ran out while a call or a write hung): an answer that wrote nothing,
+            # which an old primary thawed after a failover gives as well, before it is demoted.
+            # Only a ping, which must commit durably, takes that epoch up again.
+            yield from OPS.replica_ping(
+                self.name, grant.epoch, reserve=self.timing.reserve, counter=self.counter, scope=self.scope
+            )
         if grant.acquired:
             self._confirm(grant.epoch, sent + self.timing.idle_timeout, too_late="ping answered too late")
 
@@ -326,13 +336,15 @@ class ReplicaManager(Replication, GrantLoop):
 
         Raises NotPrimary when this replica is passive, or when the database says the
         session no longer holds the lock in this replica's epoch; the transaction
-        commits when the block ends without an exception.
+        commits when the block ends without an exception, and a commit the server could
+        not confirm (its wait for the synchronous standby was cancelled) raises
+        CommitNotConfirmed, as the lock connection is lost.
         """
         self._writable()  # a passive replica refuses at once, without waiting for its turn
         with self._writing:
             epoch, connection = self._writable()
             try:
-                with connection.transaction():
+                with durable_transaction(connection):
                     Driver(connection).replica_guard(epoch=epoch, counter=self.counter, scope=self.scope)
                     yield connection
             except (psycopg.Error, NotPrimary) as error:
@@ -407,7 +419,7 @@ class AsyncReplicaManager(Replication, AsyncGrantLoop):
         async with self._writing:
             epoch, connection = self._writable()
             try:
-                async with connection.transaction():
+                async with adurable_transaction(connection):
                     await AsyncDriver(connection).replica_guard(
                         epoch=epoch, counter=self.counter, scope=self.scope
                     )

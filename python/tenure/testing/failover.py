@@ -5,20 +5,29 @@ and a row in ``fo_writes``, in one durable transaction) while it believes it is
 primary, task workers whose every step writes a row to ``fo_effects`` with the
 task's transition, and claimers sharing the keys of one keyspace, each doing fenced
 writes on the keys it holds (``claim_fence`` and a row in ``fo_claim_writes``, in one
-durable transaction). Each client logs, in a :class:`ClientLog`, only what the database
-acknowledged: the terms it was granted and when it stepped down (on the monotonic
-clock, which every process of the machine shares), each key it held and from when to
-when (up to the end of its safe window at the latest), the fenced writes and task
-outcomes whose commit was confirmed, the leases it was handed.
+durable transaction), submission pools (:class:`~tenure.SubmissionPool`) sending a
+stream of batches of a few keys to a ledger table (:class:`FencedLedger`: each batch applied
+under its key's claim in the epoch it was selected under), and active/passive replicas of
+one service (:class:`AckingReplica`), each writing through ``ReplicaManager.write()`` (the
+replica guard, on its lock connection) while active. Each client logs, in a
+:class:`ClientLog`, only what the database acknowledged: the terms it was granted and
+when it stepped down (on the monotonic clock, which every process of the machine
+shares), each key it held and each epoch a replica was active in, from when to when (up
+to the end of its safe window at the latest), the fenced writes, batch applications and
+task outcomes whose commit was confirmed, the leases it was handed, and (at most every
+0.1 s per area) when it was last acknowledged something ("served").
 
 :func:`check` compares that log with the final database, because a lost commit
 leaves the final tables perfectly consistent: no term granted twice, no two
 instances believing they are primary at one instant, no (task, epoch) leased twice,
-no key held by two instances at one instant nor granted twice in one epoch, no
-acknowledged write (fenced by a term or by a claim), outcome or enqueued task lost,
-every task done exactly once.
-:class:`Timing` holds what a failover cost and whether a primary came back within
-:data:`TAKEOVER_BOUND` after the database was writable again.
+no key held by two instances at one instant nor granted twice in one epoch, no replica
+epoch granted twice nor two replicas active at one instant, no acknowledged write
+(fenced by a term, a claim or the replica lock), outcome, enqueued task or batch, or
+batch application lost, every task done exactly once, every batch committed and applied
+to the ledger exactly once, in its key's sequence order.
+:class:`Timing` holds what a failover cost: whether a primary came back within
+:data:`TAKEOVER_BOUND` after the database was writable again, and how long each area
+took to serve again (its first acknowledgement), against :data:`SERVE_BOUNDS`.
 
 test_failover runs a :class:`Fleet` in threads; the failover demo runs each client as
 a process (``python -m tenure.testing.failover --db CONNINFO --elector e0 --claimer c0``) that writes
@@ -40,19 +49,51 @@ from typing import IO, Any, TypeVar
 
 import psycopg
 
-from tenure import Claimer, Complete, Driver, Elector, Outcome, Task, TaskWorker, TenureError
+from tenure import (
+    BatchGrant,
+    Claimer,
+    Complete,
+    Driver,
+    Elector,
+    Outcome,
+    ReplicaManager,
+    SubmissionPool,
+    Task,
+    TaskWorker,
+    TenureError,
+)
 from tenure.connect import Deadlines, connect, durable_transaction
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.testing import procs
+from tenure.testing.ledger import check_applied
 
 UTYPE, INTERVAL, TIMEOUT = "fo", 0.5, 2.0
 KIND, LEASE = "fo", 3.0
 KEYSPACE, KEYS, CYCLE, EXPIRY = "fo", tuple(f"k{n}" for n in range(6)), 0.5, 2.0
 APP = "fo_app"
+QUEUE, BATCH_KEYS = "fob", tuple(f"b{n}" for n in range(4))
+REPLICA_SCOPE, REPLICA_INTERVAL = "fo", 0.5
 # A new primary renews within I once it reaches the new server; reaching it may cost a
 # connect timeout (2 s) per host that does not answer; the old primary's entry, if it
 # died, is re-based at the first write and runs out T later.
 TAKEOVER_BOUND = TIMEOUT + 2 * INTERVAL + 2 * 2.0 + 1.0
+# Seconds from the database writable again to each area's first acknowledgement (the
+# reasoning is in docs/operations.md). A client notices a dead server at once (a reset) or,
+# on a frozen one, when its call's bound ends (2 s at most here), then connects through the
+# host list, where a frozen host costs a connect timeout (2 s); then each area waits for
+# what its grants need, plus 1 s for a loaded machine.
+RECONNECT = 2.0 + 2.0
+CLOCK_SPREAD = 4.0  # the test clusters' node clocks differ by up to 4 s (+2 s and -2 s)
+SERVE_BOUNDS = {
+    "elector": TAKEOVER_BOUND + 1.0,  # a primary, then its writer's first fenced write
+    "claims": RECONNECT + EXPIRY + CYCLE + 1.0,  # a dead holder's claim runs out (re-based), next cycle
+    "tasks": RECONNECT + LEASE + 1.0,  # a lease taken before the fault runs out (re-based)
+    # the pool's claimer as a claimer's, then a ledger session's call bound
+    "batches": RECONNECT + EXPIRY + CYCLE + 2.0 + 1.0,
+    # a dead replica's reservation (grace + 2 intervals), written by the old server's clock and
+    # read by the new one's, then the next acquisition
+    "replicas": RECONNECT + 6 * REPLICA_INTERVAL + CLOCK_SPREAD + REPLICA_INTERVAL + 1.0,
+}
 R = TypeVar("R")
 
 # The application role lowers synchronous_commit, a common throughput setting: tenure's
@@ -65,8 +106,20 @@ CREATE TABLE fo_effects (task_id uuid, epoch bigint);
 CREATE TABLE fo_claim_writes (
     instance_id uuid, key text, epoch bigint, seq int, PRIMARY KEY (instance_id, seq)
 );
-GRANT INSERT, SELECT ON fo_writes, fo_effects, fo_claim_writes TO {APP};
+CREATE TABLE fo_replica_writes (replica text, epoch bigint, seq int, PRIMARY KEY (replica, seq));
+-- The ledger the submission queue sends its batches to: each batch applied in a transaction
+-- fenced by the claim of its key in the epoch it was selected under, at the next position of
+-- its key (under the lock of the key's row, so positions follow commit order). Nothing makes
+-- a batch unique here: applying one twice would show. A submission that failed never reached
+-- it, so the queue is serial (an unconstrained queue sends the next batch of a key before it
+-- knows the previous one arrived: out of order here).
+CREATE TABLE fo_ledger_key (key text PRIMARY KEY, applied int NOT NULL DEFAULT 0);
+CREATE TABLE fo_ledger (batch_id uuid, key text, seq int, position int);
+INSERT INTO fo_ledger_key (key) VALUES {", ".join(f"('{key}')" for key in BATCH_KEYS)};
+GRANT INSERT, SELECT ON fo_writes, fo_effects, fo_claim_writes, fo_replica_writes, fo_ledger TO {APP};
+GRANT SELECT, UPDATE ON fo_ledger_key TO {APP};
 SELECT tenure.claim_register('{KEYSPACE}', ARRAY[{", ".join(f"'{key}'" for key in KEYS)}]);
+SELECT tenure.batch_configure('{QUEUE}', 'serial', true, NULL);
 """
 
 # how each kind of record is read back from JSON
@@ -78,7 +131,13 @@ _FIELDS: dict[str, tuple[Callable[[Any], Any], ...]] = {
     "outcomes": (uuid.UUID, int, str),  # acknowledged outcome: task, epoch, kind ("complete", ...)
     "claims": (uuid.UUID, str, int, float, float),  # instance, key, epoch, held from, until (monotonic)
     "claim_writes": (uuid.UUID, str, int, int),  # acknowledged fenced write: instance, key, epoch, seq
+    "batches": (uuid.UUID, str, int),  # acknowledged application to the ledger: batch, key, seq
+    "replicas": (str, int, float, float),  # replica, epoch, active from, until (monotonic)
+    "replica_writes": (str, int, int),  # acknowledged guarded write: replica, epoch, seq
+    "served": (str, float),  # an area's client was acknowledged something at this instant (monotonic)
 }
+AREAS = ("elector", "claims", "tasks", "batches", "replicas")
+SERVED_EVERY = 0.1  # seconds: a client logs at most one "served" per area this often
 
 
 @dataclass
@@ -94,9 +153,15 @@ class ClientLog:
     outcomes: list[tuple[uuid.UUID, int, str]] = field(default_factory=list)
     claims: list[tuple[uuid.UUID, str, int, float, float]] = field(default_factory=list)
     claim_writes: list[tuple[uuid.UUID, str, int, int]] = field(default_factory=list)
+    batches: list[tuple[uuid.UUID, str, int]] = field(default_factory=list)
+    replicas: list[tuple[str, int, float, float]] = field(default_factory=list)
+    replica_writes: list[tuple[str, int, int]] = field(default_factory=list)
+    served: list[tuple[str, float]] = field(default_factory=list)
     enqueued: list[uuid.UUID] = field(default_factory=list)
+    enqueued_batches: list[uuid.UUID] = field(default_factory=list)
     sink: IO[str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_served: dict[str, float] = field(default_factory=dict)
 
     def add(self, kind: str, *record: Any) -> None:
         with self.lock:
@@ -119,6 +184,26 @@ class ClientLog:
     def enqueued_tasks(self, ids: Iterable[uuid.UUID]) -> None:
         with self.lock:
             self.enqueued.extend(ids)
+
+    def enqueued_batch_ids(self, ids: Iterable[uuid.UUID]) -> None:
+        with self.lock:
+            self.enqueued_batches.extend(ids)
+
+    def serve(self, area: str) -> None:
+        """The client of ``area`` was just acknowledged something: logged as "served" unless
+        this log recorded one for the area within :data:`SERVED_EVERY` (the first
+        acknowledgement after an outage is always logged)."""
+        now = time.monotonic()
+        with self.lock:
+            if now - self._last_served.get(area, -SERVED_EVERY) < SERVED_EVERY:
+                return
+            self._last_served[area] = now
+        self.add("served", area, now)
+
+    def served_at(self, area: str, since: float) -> float | None:
+        """When the client of ``area`` was first acknowledged something at or after ``since``."""
+        with self.lock:
+            return min((at for name, at in self.served if name == area and at >= since), default=None)
 
     def primary_at(self, since: float) -> tuple[float, int] | None:
         """When the first instance was elected after ``since`` (monotonic), and its term."""
@@ -185,6 +270,7 @@ def fenced_writes(elector: Elector, conninfo: str, log: ClientLog, stopping: thr
 
         if session.run(write):
             log.add("writes", elector.instance_id, term, seq)
+            log.serve("elector")
     session.close()
 
 
@@ -252,6 +338,7 @@ def claim_writes(claimer: Claimer, conninfo: str, log: ClientLog, stopping: thre
         epoch = session.run(write)
         if epoch is not None:
             log.add("claim_writes", claimer.instance_id, key, epoch, seq)
+            log.serve("claims")
     session.close()
 
 
@@ -294,6 +381,137 @@ class AckingWorker(TaskWorker):
         # row showed it recorded in the task's epoch. Whatever path that took, this logs it.
         super()._count(task, outcome)
         self.log.add("outcomes", task.id, task.epoch, type(outcome).__name__.lower())
+        self.log.serve("tasks")
+
+
+class FencedLedger:
+    """The ledger of the submission queue: ``apply`` (a SubmissionPool's ``submit``) applies a
+    batch in fo_ledger in one durable transaction fenced by its key's claim in the epoch it
+    was selected under, and logs it once its commit is confirmed; ``status`` says whether a
+    batch was applied ('committed') or not ('unknown': the pool sends it again), after
+    waiting for any application of its key in progress (the lock of the key's row)."""
+
+    def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
+        self.conninfo, self.log, self.name = conninfo, log, name
+        self.instance_id: uuid.UUID | None = None  # the pool's claimer, set once it exists
+        self._sessions: dict[int, Session] = {}  # one per thread: submitters apply concurrently
+        self._lock = threading.Lock()
+
+    def _session(self) -> Session:
+        with self._lock:
+            return self._sessions.setdefault(
+                threading.get_ident(), Session(self.conninfo, f"fo ledger {self.name}")
+            )
+
+    def apply(self, batch: BatchGrant) -> None:
+        def body(db: psycopg.Connection[Any]) -> bool:
+            assert self.instance_id is not None
+            Driver(db).claim_fence(QUEUE, self.instance_id, batch.key, batch.claim_epoch)
+            db.execute(
+                "WITH head AS (UPDATE fo_ledger_key SET applied = applied + 1 WHERE key = %(key)s "
+                "RETURNING applied) "
+                "INSERT INTO fo_ledger SELECT %(id)s, %(key)s, %(seq)s, applied FROM head",
+                {"id": batch.id, "key": batch.key, "seq": batch.seq},
+            )
+            return True
+
+        if not self._session().run(body):
+            raise ConnectionError(f"batch {batch.seq} of {batch.key} not applied, or not confirmed")
+        self.log.add("batches", batch.id, batch.key, batch.seq)
+        self.log.serve("batches")
+
+    def status(self, batch: BatchGrant) -> str | None:
+        def body(db: psycopg.Connection[Any]) -> str:
+            db.execute("SELECT 1 FROM fo_ledger_key WHERE key = %s FOR UPDATE", (batch.key,))
+            found = db.execute("SELECT 1 FROM fo_ledger WHERE batch_id = %s", (batch.id,)).fetchone()
+            return "committed" if found else "unknown"
+
+        answer = self._session().run(body)
+        if answer is None:
+            raise ConnectionError(f"the ledger did not answer about batch {batch.seq} of {batch.key}")
+        return answer
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions.values():
+                session.close()
+            self._sessions.clear()
+
+
+def enqueue_batches(conninfo: str, log: ClientLog, stopping: threading.Event, *, every: float) -> None:
+    """Enqueue a batch of every key of the queue every ``every`` seconds until stopping; logs
+    the acknowledged ones."""
+    session = Session(conninfo, "fo batch producer")
+    for n in itertools.count():
+        if stopping.wait(every):
+            break
+        batches = [{"key": key, "payload": f"{key}:{n}".encode()} for key in BATCH_KEYS]
+
+        def enqueue(db: psycopg.Connection[Any], batches: list[dict[str, Any]] = batches) -> list[uuid.UUID]:
+            return [row.id for row in Driver(db).batch_enqueue_many(QUEUE, batches)]
+
+        log.enqueued_batch_ids(session.run(enqueue) or [])
+    session.close()
+
+
+class AckingReplica(ReplicaManager):
+    """A replica that logs each span in which it believed it was active: from just before
+    the answer that made it active was taken up to when it became passive, which is the
+    end of its safe window at the latest (``is_active()`` is false from then on)."""
+
+    def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
+        self._answered = self._window_end = 0.0
+        self._active_since: tuple[int, float] | None = None
+        super().__init__(
+            conninfo,
+            name=name,
+            scope=REPLICA_SCOPE,
+            interval=REPLICA_INTERVAL,
+            on_active=self._active,
+            on_passive=self._passive,
+        )
+        self.log = log
+
+    def _confirm(self, grant: int, deadline: float, *, too_late: str) -> None:
+        with self._state:
+            self._answered = time.monotonic()
+            if self._grant is not None:  # a grant replacing another ends the old one's window now
+                self._window_end = self._deadline
+        super()._confirm(grant, deadline, too_late=too_late)
+
+    def _demote(self, reason: str, *, only_if_expired: bool = False) -> None:
+        with self._state:
+            if self._grant is not None and not (only_if_expired and time.monotonic() < self._deadline):
+                self._window_end = self._deadline
+        super()._demote(reason, only_if_expired=only_if_expired)
+
+    def _active(self, epoch: int) -> None:
+        self._active_since = (epoch, self._answered)
+
+    def _passive(self, reason: str) -> None:
+        until = min(time.monotonic(), self._window_end)
+        since, self._active_since = self._active_since, None
+        if since is not None:
+            self.log.add("replicas", self.name, since[0], since[1], until)
+
+
+def replica_writes(replica: ReplicaManager, conninfo: str, log: ClientLog, stopping: threading.Event) -> None:
+    """Writes guarded by the replica lock while ``replica`` is active, on its lock connection;
+    logged once their commit is confirmed. (``conninfo`` is unused: the lock connection is
+    the replica's own.)"""
+    for seq in itertools.count():
+        if stopping.wait(0.02):
+            break
+        if not replica.is_active():
+            continue
+        try:
+            with replica.write() as db:
+                epoch = Driver(db).replica_guard(scope=REPLICA_SCOPE)
+                db.execute("INSERT INTO fo_replica_writes VALUES (%s, %s, %s)", (replica.name, epoch, seq))
+        except (psycopg.Error, TenureError):
+            continue
+        log.add("replica_writes", replica.name, epoch, seq)
+        log.serve("replicas")
 
 
 @dataclass
@@ -305,10 +523,14 @@ class Fleet:
     electors: Sequence[str] = ("e0", "e1", "e2")
     workers: Sequence[str] = ("w0", "w1")
     claimers: Sequence[str] = ("c0", "c1")
+    queues: Sequence[str] = ("q0", "q1")
+    replicas: Sequence[str] = ("r0", "r1", "r2")
     stopping: threading.Event = field(default_factory=threading.Event)
     _electors: list[Elector] = field(default_factory=list)
     _workers: list[TaskWorker] = field(default_factory=list)
     _claimers: list[Claimer] = field(default_factory=list)
+    _pools: list[tuple[SubmissionPool, FencedLedger]] = field(default_factory=list)
+    _replicas: list[ReplicaManager] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> Fleet:
@@ -330,6 +552,26 @@ class Fleet:
             claimer = AckingClaimer(self.conninfo, self.log, name)
             self._claimers.append(claimer.start())
             self._write_under(claim_writes, claimer)
+        for name in self.queues:
+            ledger = FencedLedger(self.conninfo, self.log, name)
+            pool = SubmissionPool(
+                self.conninfo,
+                QUEUE,
+                submit=ledger.apply,
+                status=ledger.status,
+                submitters=2,
+                depth=1,
+                cycle=CYCLE,
+                expiry=EXPIRY,
+                poll_interval=0.2,
+                name=name,
+            )
+            ledger.instance_id = pool.claimer.instance_id
+            self._pools.append((pool.start(), ledger))
+        for name in self.replicas:
+            replica = AckingReplica(self.conninfo, self.log, name)
+            self._replicas.append(replica.start())
+            self._write_under(replica_writes, replica)
         return self
 
     def _write_under(self, writes: Callable[[R, str, ClientLog, threading.Event], None], runtime: R) -> None:
@@ -350,12 +592,18 @@ class Fleet:
         self.stopping.set()
         for thread in self._threads:
             thread.join()
-        for worker in self._workers:
-            worker.stop()
-        for claimer in self._claimers:
-            claimer.stop()
-        for elector in self._electors:
-            elector.stop()
+        # Each runtime takes up to its grace to stop: all at once, as a fleet of processes would.
+        stops = [
+            runtime.stop for runtime in [*self._workers, *self._claimers, *self._replicas, *self._electors]
+        ]
+        stops += [pool.stop for pool, _ in self._pools]
+        stopping = [threading.Thread(target=stop, daemon=True) for stop in stops]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+        for _, ledger in self._pools:
+            ledger.close()
 
 
 # -- the checks -------------------------------------------------------------------------
@@ -369,6 +617,11 @@ def check(log: ClientLog, admin: psycopg.Connection[Any]) -> list[str]:
         effects=admin.execute("SELECT task_id, epoch FROM fo_effects").fetchall(),
         tasks=admin.execute("SELECT id, status, epoch FROM tenure.task").fetchall(),
         claim_writes=admin.execute("SELECT instance_id, key, epoch, seq FROM fo_claim_writes").fetchall(),
+        batches=admin.execute(
+            "SELECT id, key, seq, status FROM tenure.batch WHERE keyspace = %s", (QUEUE,)
+        ).fetchall(),
+        ledger=admin.execute("SELECT batch_id, key, seq, position FROM fo_ledger").fetchall(),
+        replica_writes=admin.execute("SELECT replica, epoch, seq FROM fo_replica_writes").fetchall(),
     )
 
 
@@ -379,11 +632,17 @@ def check_records(
     effects: Sequence[tuple[uuid.UUID, int]],
     tasks: Iterable[tuple[uuid.UUID, str, int]],
     claim_writes: Iterable[tuple[uuid.UUID, str, int, int]],
+    batches: Iterable[tuple[uuid.UUID, str, int, str]] | None = None,
+    ledger: Iterable[tuple[uuid.UUID, str, int, int]] | None = None,
+    replica_writes: Iterable[tuple[str, int, int]] | None = None,
 ) -> list[str]:
     """The clients' log against the final tables: ``writes`` (fo_writes: instance, term,
     seq), ``effects`` (fo_effects: task, epoch), ``tasks`` (tenure.task: id, status,
-    epoch) and ``claim_writes`` (fo_claim_writes: instance, key, epoch, seq); the
-    violations found."""
+    epoch), ``claim_writes`` (fo_claim_writes: instance, key, epoch, seq), ``batches``
+    (tenure.batch of the queue: id, key, seq, status), ``ledger`` (fo_ledger: batch, key,
+    seq, position) and ``replica_writes`` (fo_replica_writes: replica, epoch, seq); the
+    violations found. Without ``batches`` and ``ledger`` (a fleet without submission
+    pools), or without ``replica_writes`` (without replicas), that area is not checked."""
     problems = []
     granted: dict[int, set[str]] = {}
     for name, term, _ in log.elected:
@@ -421,7 +680,12 @@ def check_records(
         problems.append("the primaries made no fenced write")
     if final and not log.outcomes:
         problems.append(f"no acknowledged task outcome to check, though {len(final)} tasks exist")
-    return problems + _claim_problems(log, set(claim_writes))
+    problems += _claim_problems(log, set(claim_writes))
+    if batches is not None and ledger is not None:
+        problems += _batch_problems(log, list(batches), list(ledger))
+    if replica_writes is not None:
+        problems += _replica_problems(log, set(replica_writes))
+    return problems
 
 
 def _claim_problems(log: ClientLog, claim_writes: set[tuple[uuid.UUID, str, int, int]]) -> list[str]:
@@ -463,6 +727,80 @@ def _claim_problems(log: ClientLog, claim_writes: set[tuple[uuid.UUID, str, int,
     return problems
 
 
+def _batch_problems(
+    log: ClientLog,
+    batches: list[tuple[uuid.UUID, str, int, str]],
+    ledger: list[tuple[uuid.UUID, str, int, int]],
+) -> list[str]:
+    """The queue's final batches and the ledger against the log: no acknowledged enqueue
+    lost, every batch committed, and applied to the ledger exactly once, in its key's
+    sequence order; every acknowledged application still in the ledger."""
+    problems = []
+    final = {batch: (key, seq, status) for batch, key, seq, status in batches}
+    lost = set(log.enqueued_batches) - set(final)
+    if lost:
+        problems.append(f"{len(lost)} acknowledged enqueued batches lost")
+    unresolved = sorted(
+        f"{key}#{seq} {status}" for key, seq, status in final.values() if status != "committed"
+    )
+    if unresolved:
+        problems.append(f"{len(unresolved)} of {len(final)} batches not committed, e.g. {unresolved[:3]}")
+    expected: dict[str, list[tuple[str, int]]] = {}
+    for key, seq, _ in sorted(final.values()):
+        expected.setdefault(key, []).append((key, seq))
+    applied: dict[str, list[tuple[str, int]]] = {}
+    for _, key, seq, _ in sorted(ledger, key=lambda row: (row[1], row[3])):
+        applied.setdefault(key, []).append((key, seq))
+    problems += [f"batches: {problem}" for problem in check_applied(expected, applied)]
+    positions = [(key, position) for _, key, _, position in ledger]
+    if len(set(positions)) != len(positions):
+        problems.append("two batches applied at one position of a key")
+    unapplied = {batch for batch, *_ in log.batches} - {batch for batch, *_ in ledger}
+    if unapplied:
+        problems.append(f"{len(unapplied)} acknowledged applications of batches lost")
+    if not log.batches:
+        problems.append("the submission pools applied no batch")
+    return problems
+
+
+def _replica_problems(log: ClientLog, replica_writes: set[tuple[str, int, int]]) -> list[str]:
+    """The replicas' spans and acknowledged writes against the final fo_replica_writes: no
+    epoch granted to two replicas, never two replicas believing they are active at one
+    instant (monotonic clock), no acknowledged write lost, no write in an epoch its writer
+    was never granted."""
+    problems = []
+    granted: dict[int, set[str]] = {}
+    for name, epoch, _, _ in log.replicas:
+        granted.setdefault(epoch, set()).add(name)
+    twice = {epoch: sorted(names) for epoch, names in granted.items() if len(names) > 1}
+    if twice:
+        problems.append(f"a replica epoch granted to two replicas: {twice}")
+    spans = sorted((start, end, name, epoch) for name, epoch, start, end in log.replicas)
+    overlaps = [
+        f"{name} active in epoch {epoch} from {start:.3f} while {other} was in epoch {other_epoch} "
+        f"until {end:.3f}"
+        for n, (start, _, name, epoch) in enumerate(spans)
+        for _, end, other, other_epoch in spans[:n]
+        if other != name and start < end
+    ]
+    if overlaps:
+        problems.append(f"two replicas active at once, {len(overlaps)} times: {overlaps[:3]}")
+    lost = set(log.replica_writes) - replica_writes
+    if lost:
+        problems.append(f"{len(lost)} acknowledged replica writes lost")
+    ungranted = {(name, epoch) for name, epoch, _ in replica_writes} - {
+        (name, epoch) for name, epoch, *_ in log.replicas
+    }
+    if ungranted:
+        problems.append(
+            f"{len(ungranted)} replica writes in an epoch their writer was never active in, "
+            f"e.g. {sorted(ungranted)[:3]}"
+        )
+    if not log.replica_writes:
+        problems.append("the active replicas made no write")
+    return problems
+
+
 def _lost_outcomes(
     log: ClientLog, effects: set[tuple[uuid.UUID, int]], final: dict[uuid.UUID, tuple[str, int]]
 ) -> list[str]:
@@ -486,19 +824,51 @@ def _lost_outcomes(
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds after a fault: until the database was writable again, until a primary was elected."""
+    """Seconds after a fault: until the database was writable again, until a primary was
+    elected, and until each area's clients were first acknowledged something after the
+    database was writable (None: not yet)."""
 
     writable: float
     primary: float
+    served: dict[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def measure(cls, log: ClientLog, *, fault: float, writable: float, primary: float) -> Timing:
+        """From the clients' log: the fault, the database writable again and the first
+        primary after the fault, on the monotonic clock."""
+        served = {area: log.served_at(area, writable) for area in AREAS}
+        return cls(
+            writable=writable - fault,
+            primary=primary - fault,
+            served={area: None if at is None else at - fault for area, at in served.items()},
+        )
 
     @property
     def takeover(self) -> float:
         """From writable again to a primary (0 when the electors were faster than the probe)."""
         return max(0.0, self.primary - self.writable)
 
-    @property
-    def within_bound(self) -> bool:
-        return self.takeover <= TAKEOVER_BOUND
+    def to_serve(self, area: str) -> float | None:
+        """From writable again to the first acknowledgement of ``area`` (None: none yet)."""
+        served = self.served.get(area)
+        return None if served is None else max(0.0, served - self.writable)
+
+    def late_areas(self) -> list[str]:
+        """The areas that did not serve again within their bound of :data:`SERVE_BOUNDS`."""
+        late = []
+        for area in self.served:
+            took = self.to_serve(area)
+            if took is None or took > SERVE_BOUNDS[area]:
+                late.append(area)
+        return late
+
+    def serving(self) -> str:
+        """Time to serve again per area, against its bound, as one line."""
+        return ", ".join(
+            f"{area} {'never' if (took := self.to_serve(area)) is None else f'{took:.2f} s'} "
+            f"(bound {SERVE_BOUNDS[area]:.1f} s)"
+            for area in self.served
+        )
 
 
 def wait(condition: Callable[[], bool], timeout: float) -> bool:
@@ -521,6 +891,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--elector", action="append", default=[], help="run an elector of this name")
     parser.add_argument("--worker", action="append", default=[], help="run a task worker of this name")
     parser.add_argument("--claimer", action="append", default=[], help="run a claimer of this name")
+    parser.add_argument("--queue", action="append", default=[], help="run a submission pool of this name")
+    parser.add_argument("--replica", action="append", default=[], help="run a replica of this name")
     args = parser.parse_args(argv)
     procs.die_with_parent()  # SIGTERM: stop cleanly, also when the demo itself was killed
     fleet = Fleet(
@@ -529,6 +901,8 @@ def main(argv: list[str] | None = None) -> None:
         electors=args.elector,
         workers=args.worker,
         claimers=args.claimer,
+        queues=args.queue,
+        replicas=args.replica,
     ).start()
     print("started", flush=True)
     wait_for_shutdown()
