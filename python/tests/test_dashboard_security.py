@@ -294,9 +294,10 @@ def test_wrong_tokens_in_a_row_are_throttled(dashboard: DashboardServer) -> None
         throttled = client.post("/login", data={"token": TOKEN})
         assert throttled.status_code == 429 and "too many wrong tokens from 127.0.0.1" in throttled.text
         assert int(throttled.headers["retry-after"]) >= 1
-        # Counted per client address (a local proxy's X-Forwarded-For names the client).
+        # A local process cannot pass for another client: X-Forwarded-For is ignored unless
+        # it comes from a trusted proxy.
         other = {"X-Forwarded-For": "192.0.2.7"}
-        assert client.post("/login", data={"token": "wrong"}, headers=other).status_code == 403
+        assert client.post("/login", data={"token": "wrong"}, headers=other).status_code == 429
         time.sleep(1.2)  # the first delay: 1 s, doubling with every further failure
         assert client.post("/login", data={"token": "wrong"}).status_code == 403
         assert client.post("/login", data={"token": TOKEN}).status_code == 429
@@ -304,6 +305,22 @@ def test_wrong_tokens_in_a_row_are_throttled(dashboard: DashboardServer) -> None
         assert client.post("/login", data={"token": TOKEN}).status_code == 303
         # A success clears the count.
         assert client.post("/login", data={"token": "wrong"}).status_code == 403
+
+
+def test_behind_a_trusted_proxy_wrong_tokens_count_per_forwarded_client(app_conninfo: str) -> None:
+    settings = Settings(token=TOKEN, refresh=0, trusted_proxies=("127.0.0.1",))
+    with (
+        DashboardServer(app_conninfo, settings=settings) as server,
+        httpx.Client(base_url=server.url) as client,
+    ):
+        one, other = {"X-Forwarded-For": "192.0.2.7"}, {"X-Forwarded-For": "192.0.2.8"}
+        for _ in range(5):
+            assert client.post("/login", data={"token": "wrong"}, headers=one).status_code == 403
+        throttled = client.post("/login", data={"token": "wrong"}, headers=one)
+        assert throttled.status_code == 429 and "from 192.0.2.7" in throttled.text
+        assert client.post("/login", data={"token": "wrong"}, headers=other).status_code == 403
+    with pytest.raises(InvalidConfiguration, match="not an IP address or network of a trusted proxy"):
+        DashboardServer(app_conninfo, settings=Settings(token=TOKEN, trusted_proxies=("proxy.example",)))
 
 
 def test_the_command_exposes_the_dashboard_only_as_told(

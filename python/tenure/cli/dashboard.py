@@ -43,6 +43,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         allow_privileged_role=args.allow_privileged_role,
         session_lifetime=timedelta(seconds=args.session_lifetime),
         hosts=tuple(args.allow_host),
+        trusted_proxies=tuple(args.trusted_proxy),
     )
     serve(args.db, host=host, port=port, settings=settings, allow_remote=args.allow_remote, announce=announce)
     return 0
@@ -90,6 +91,14 @@ def register(command: Command) -> None:
         metavar="NAME",
         help="a name the Host header may carry besides localhost, 127.0.0.1, ::1 and the --http host "
         "(the name a proxy or the operators use; repeat for more); any other Host gets HTTP 400",
+    )
+    dashboard.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="the address of a proxy in front (127.0.0.1 for one on this machine; repeat for more) whose "
+        "X-Forwarded-For and X-Forwarded-Proto name the client; from anyone else they are ignored",
     )
     dashboard.add_argument(
         "--token",

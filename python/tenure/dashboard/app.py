@@ -60,7 +60,10 @@ class Settings:
     tenure's tables directly (see :func:`tenure.dashboard.role.check_role`);
     ``session_lifetime``: how long a sign-in lasts; ``hosts``: the names (or addresses) a
     request's ``Host`` may carry besides localhost, 127.0.0.1 and ::1 (the server adds the
-    one it listens on)."""
+    one it listens on); ``trusted_proxies``: the addresses of proxies whose
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` name the client (none: the headers are
+    ignored, so no local process can pass for another client and dodge the sign-in
+    throttle)."""
 
     token: str | None = None
     refresh: float = 5.0
@@ -68,6 +71,7 @@ class Settings:
     allow_privileged_role: bool = False
     session_lifetime: timedelta = security.DEFAULT_SESSION_LIFETIME
     hosts: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = ()
 
 
 def plain(value: Any) -> Any:
@@ -271,6 +275,7 @@ class Dashboard:
     def __post_init__(self) -> None:
         security.check_token(self.settings.token)
         security.host_names(self.settings.hosts)  # refused here, before anything is opened
+        security.check_proxies(self.settings.trusted_proxies)
         if self.settings.session_lifetime <= timedelta(0):
             raise InvalidConfiguration(
                 f"the session lifetime must be positive, got {self.settings.session_lifetime}"

@@ -14,6 +14,7 @@ the server-side set were lost.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import math
 import re
 import secrets
@@ -50,6 +51,17 @@ def check_token(token: str | None) -> None:
             f"the dashboard's token is {len(token)} characters long: it must have at least "
             f"{SHORTEST_TOKEN} (for example: python3 -c 'import secrets; print(secrets.token_urlsafe(24))')"
         )
+
+
+def check_proxies(addresses: Iterable[str]) -> None:
+    """Trusted proxies are IP addresses or networks (uvicorn's ``forwarded_allow_ips``)."""
+    for address in addresses:
+        try:
+            ipaddress.ip_network(address, strict=False)
+        except ValueError:
+            raise InvalidConfiguration(
+                f"not an IP address or network of a trusted proxy: {address[:100]!r} (for example 127.0.0.1)"
+            ) from None
 
 
 class Sessions:

@@ -46,6 +46,21 @@ def exposed(host: str, settings: Settings, *, allow_remote: bool) -> Settings:
     return dataclasses.replace(settings, hosts=(*settings.hosts, host))
 
 
+def _config(dashboard: Dashboard, host: str, port: int) -> uvicorn.Config:
+    """uvicorn's settings: the forwarded headers are believed only from the trusted proxies
+    (uvicorn's own default believes any process on 127.0.0.1)."""
+    proxies = list(dashboard.settings.trusted_proxies)
+    return uvicorn.Config(
+        dashboard.app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+    )
+
+
 class DashboardServer:
     """The dashboard over ``conninfo`` at http://HOST:PORT/ on a background thread while
     the ``with`` block runs; port 0 takes a free port (see :attr:`url`). A host beyond
@@ -61,8 +76,7 @@ class DashboardServer:
         allow_remote: bool = False,
     ) -> None:
         self.dashboard = Dashboard(conninfo, exposed(host, settings or Settings(), allow_remote=allow_remote))
-        config = uvicorn.Config(self.dashboard.app, host=host, port=port, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(_config(self.dashboard, host, port))
         self.thread = threading.Thread(target=self._run, name="tenure dashboard", daemon=True)
         self.host = host
         self.port = port
@@ -110,7 +124,6 @@ def serve(
     try:
         if announce is not None:
             announce()
-        config = uvicorn.Config(dashboard.app, host=host, port=port, log_level="warning", lifespan="off")
-        uvicorn.Server(config).run()
+        uvicorn.Server(_config(dashboard, host, port)).run()
     finally:
         dashboard.close()
