@@ -136,7 +136,8 @@ JSON_EDGES = [
     '[{"kind": "k", "after": [null]}]',
     '[{"kind": "k", "after": [["00000000-0000-0000-0000-000000000000"]]}]',
     '[{"kind": "k", "after": ["00000000-0000-0000-0000-000000000000"]}]',
-    '[{"kind": "k", "id": "00000000-0000-0000-0000-0000000000a1", "after": ["00000000-0000-0000-0000-0000000000a1"]}]',
+    '[{"kind": "k", "id": "00000000-0000-0000-0000-0000000000a1",'
+    ' "after": ["00000000-0000-0000-0000-0000000000a1"]}]',
     '[{"kind": "k", "after": ["00000000-0000-0000-0000-0000000000a2"]},'
     ' {"kind": "k", "id": "00000000-0000-0000-0000-0000000000a2"}]',
 ]
@@ -338,10 +339,11 @@ def _seed(world: World) -> None:
     w.execute("SELECT * FROM tenure.task_kind_set('email', p_max_running => 10, p_max_running_per_key => 3)")
     w.execute("SELECT * FROM tenure.task_kind_set('new', p_rate => 100, p_rate_period => '1 minute')")
     w.execute("SELECT * FROM tenure.task_kind_set('done', p_paused => true)")
-    head = w.execute("SELECT id FROM tenure.task_enqueue('new', p_priority => 5, p_limit_key => 'l1')").fetchone()
+    enqueue = "SELECT id FROM tenure.task_enqueue(%s, p_priority => %s, p_limit_key => %s, p_after => %s)"
+    head = w.execute(enqueue, ("new", 5, "l1", None)).fetchone()
     assert head is not None
-    waiting = w.execute("SELECT id FROM tenure.task_enqueue('email', p_after => ARRAY[%s])", (head[0],)).fetchone()
-    cancelled = w.execute("SELECT id FROM tenure.task_enqueue('done', p_limit_key => 'l2')").fetchone()
+    waiting = w.execute(enqueue, ("email", 0, None, [head[0]])).fetchone()
+    cancelled = w.execute(enqueue, ("done", -3, "l2", None)).fetchone()
     assert waiting is not None and cancelled is not None
     w.execute("SELECT tenure.task_cancel(%s)", (cancelled[0],))
     world.uuids += [head[0], waiting[0], cancelled[0]]
@@ -426,7 +428,8 @@ def _json_value(world: World) -> st.SearchStrategy[Any]:
 
 
 FIELDS = ["kind", "data", "state", "delay", "id", "idempotency_key", "max_attempts", "key", "payload",
-          "state_keys", "depends_on", "epoch", "status", "detail", "priority", "limit_key", "after"]  # fmt: skip
+          "state_keys", "depends_on", "epoch", "status", "detail", "priority", "limit_key",
+          "after"]  # fmt: skip
 
 
 def _strategy(world: World, type_name: str) -> st.SearchStrategy[Any]:
@@ -663,7 +666,7 @@ TASK_CONTROL_CASES = [
     ("SELECT * FROM tenure.task_kind_set('email', p_max_running_per_key => -1)", "p_max_running_per_key"),
     ("SELECT * FROM tenure.task_kind_set('email', p_rate => -1, p_rate_period => '1 second')", "p_rate"),
     ("SELECT * FROM tenure.task_kind_set('email', p_max_running => 1000001)", "p_max_running"),
-    ("SELECT * FROM tenure.task_kind_set('email', p_max_running_per_key => 1000001)", "p_max_running_per_key"),
+    ("SELECT * FROM tenure.task_kind_set('ks', p_max_running_per_key => 1000001)", "p_max_running_per_key"),
     ("SELECT * FROM tenure.task_kind_set('new', p_rate => 100001)", "p_rate"),
     ("SELECT * FROM tenure.task_kind_set('new', p_rate_period => '0')", "p_rate_period"),
     ("SELECT * FROM tenure.task_kind_set('new', p_rate_period => '-1 second')", "p_rate_period"),
@@ -689,12 +692,14 @@ TASK_CONTROL_CASES = [
         "task 2",
     ),
     (
-        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email", "after": ["00000000-0000-0000-0000-0000000000c3"]},'
+        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email",'
+        ' "after": ["00000000-0000-0000-0000-0000000000c3"]},'
         ' {"kind": "email", "id": "00000000-0000-0000-0000-0000000000c3"}]\')',
         "task 1",
     ),
     (
-        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email", "id": "00000000-0000-0000-0000-0000000000c4",'
+        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email",'
+        ' "id": "00000000-0000-0000-0000-0000000000c4",'
         ' "after": ["00000000-0000-0000-0000-0000000000c4"]}]\')',
         "task 1",
     ),
