@@ -339,7 +339,10 @@ def _seed(world: World) -> None:
     w.execute("SELECT * FROM tenure.task_kind_set('email', p_max_running => 10, p_max_running_per_key => 3)")
     w.execute("SELECT * FROM tenure.task_kind_set('new', p_rate => 100, p_rate_period => '1 minute')")
     w.execute("SELECT * FROM tenure.task_kind_set('done', p_paused => true)")
-    enqueue = "SELECT id FROM tenure.task_enqueue(%s, p_priority => %s, p_limit_key => %s, p_after => %s)"
+    enqueue = (
+        "SELECT id FROM tenure.task_enqueue(%s::text, p_priority => %s::integer, p_limit_key => %s::text,"
+        " p_after => %s::uuid[])"
+    )
     head = w.execute(enqueue, ("new", 5, "l1", None)).fetchone()
     assert head is not None
     waiting = w.execute(enqueue, ("email", 0, None, [head[0]])).fetchone()
