@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(175);
+SELECT plan(194);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
