@@ -32,7 +32,7 @@ import string
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 import psycopg
@@ -721,6 +721,29 @@ def test_task_control_inputs_are_refused(world: World, query: str, argument: str
     assert argument in (error.diag.message_primary or ""), error.diag.message_primary
     assert error.diag.message_hint, f"{query}: TN001 without a HINT"
     assert world.snapshot() == before
+
+
+def test_task_kind_set_takes_each_setting_alone(world: World) -> None:
+    """NULL leaves a setting as it is: each one changed alone, on a kind with a rate and its period
+    (a new rate alone once broke the table's CHECK, 23514, for want of the period kept)."""
+    w = world.worker
+    w.execute("SELECT * FROM tenure.task_kind_set('alone', p_rate => 3, p_rate_period => '1 minute')")
+    alone: list[tuple[str, Any]] = [
+        ("p_rate", 7),
+        ("p_rate_period", "2 minutes"),
+        ("p_max_running", 3),
+        ("p_max_running_per_key", 2),
+        ("p_paused", True),
+        ("p_paused", False),
+    ]
+    for argument, value in alone:
+        query = sql.SQL("SELECT * FROM tenure.task_kind_set('alone', {} => %s)")
+        w.execute(query.format(sql.Identifier(argument)), (value,)).fetchall()
+    row = w.execute(
+        "SELECT paused, max_running, max_running_per_key, rate, rate_period FROM tenure.task_kinds"
+        " WHERE kind = 'alone'"
+    ).fetchone()
+    assert row == (False, 3, 2, 7, timedelta(minutes=2))
 
 
 @pytest.mark.parametrize(("query", "argument"), ISSUE_CASES, ids=[a + ":" + q[:40] for q, a in ISSUE_CASES])
