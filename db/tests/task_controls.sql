@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(198);
+SELECT plan(200);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
@@ -409,6 +409,8 @@ SELECT results_eq(
     'completed by task_cycle, the next link is due at once and leased by the same call');
 SELECT results_eq($$SELECT status, after_left FROM tenure.tasks WHERE id = pg_temp.u(1783)$$, $$VALUES ('waiting', 1)$$,
     'the link after it still waits');
+SELECT is(tenure.task_set_priority(pg_temp.u(1783), 2), true, 'task_set_priority of a waiting task says true...');
+SELECT is((SELECT priority FROM tenure.task WHERE id = pg_temp.u(1783)), 2, '... and changes its priority');
 -- A dead dependency kills its dependents, cascading.
 SELECT pg_temp.enq(1711, 'depf', '2002-07-01 00:00:00+00', p_max_attempts => 1);
 SELECT pg_temp.enq(1712, 'depf', '2002-07-01 00:00:00+00', p_after => ARRAY[1711]);
