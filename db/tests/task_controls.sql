@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(202);
+SELECT plan(203);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
@@ -210,6 +210,9 @@ SELECT is(pg_temp.taken('a', 10, ARRAY['maxr'], '2002-03-01 00:00:00+00'), ARRAY
 SELECT is(pg_temp.taken('b', 10, ARRAY['maxr'], '2002-03-01 00:00:01+00'), '{}', 'another worker then gets none');
 SELECT is_empty($$SELECT * FROM pg_temp.cycle('b', 10, ARRAY['maxr'], '[]', '2002-03-01 00:00:01+00')$$,
     'nor by task_cycle, and a concurrency limit is no throttle');
+SELECT pg_temp.enq(1306, 'maxf', '2002-03-01 00:00:00.5+00');
+SELECT is(pg_temp.taken('b', 1, ARRAY['maxr', 'maxf'], '2002-03-01 00:00:01+00'), ARRAY[1306],
+    'a kind at its limit holds back no other kind, though its tasks are older');
 SELECT pg_temp.complete(1301, 'a', 1, '2002-03-01 00:00:02+00');
 SELECT is(pg_temp.taken('b', 10, ARRAY['maxr'], '2002-03-01 00:00:02+00'), ARRAY[1303],
     'a task that finishes frees its slot for one more');
