@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(203);
+SELECT plan(205);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
@@ -251,6 +251,26 @@ SELECT pg_temp.enq(n, 'perk2', '2002-04-01 00:00:00+00'::timestamptz + s * inter
   FROM (VALUES (1431, 'A', -60), (1432, 'A', -50), (1433, 'B', -40), (1434, 'B', -30), (1435, 'C', -20)) v(n, k, s);
 SELECT is(pg_temp.taken('a', 10, ARRAY['perk2'], '2002-04-01 00:00:00+00'), ARRAY[1431, 1433],
     'both limits hold: two tasks in all, one per key, the oldest keys'' first tasks');
+-- Across calls: one task per call, each done before the next call.
+CREATE FUNCTION pg_temp.serve(p_kind text, p_at timestamptz) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_lease tenure.task_lease;
+BEGIN
+    SELECT * INTO v_lease FROM tenure._task_acquire(pg_temp.o('a'), '30 s', 1, ARRAY[p_kind], p_at);
+    PERFORM tenure._task_complete(v_lease.id, pg_temp.o('a'), v_lease.epoch, 'done', NULL, p_at);
+    RETURN pg_temp.n(v_lease.id);
+END
+$$;
+SELECT lives_ok($$SELECT * FROM tenure.task_kind_set('perkt', p_max_running_per_key => 1)$$, 'a limit per key');
+SELECT pg_temp.enq(n, 'perkt', '2002-04-01 00:00:00+00'::timestamptz + s * interval '1 s', p_limit_key => k)
+  FROM (VALUES (1451, 'A', -60), (1452, 'A', -59), (1453, 'A', -58), (1461, 'B', -30), (1462, 'B', -29),
+               (1463, 'B', -28)) v(n, k, s);
+SELECT is(ARRAY(SELECT pg_temp.serve('perkt', '2002-04-01 00:00:00+00'::timestamptz + i * interval '1 s')
+                  FROM generate_series(1, 6) i ORDER BY i),
+    ARRAY[1451, 1461, 1452, 1462, 1453, 1463],
+    'across calls too the keys take turns: key A''s tasks, all older, do not take every slot');
 SELECT lives_ok($$SELECT * FROM tenure.task_kind_set('perkn', p_max_running_per_key => 1)$$, 'a limit per key...');
 SELECT pg_temp.enq(n, 'perkn', '2002-04-01 00:00:00+00') FROM generate_series(1441, 1443) n;
 SELECT is(pg_temp.taken('a', 10, ARRAY['perkn'], '2002-04-01 00:00:00+00'), ARRAY[1441, 1442, 1443],
