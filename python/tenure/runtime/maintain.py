@@ -282,6 +282,7 @@ class Maintainer(MaintainLogic, Runtime):
         self._threads.clear()
         self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
         self._deadlines.close()
+        self.metrics.clear_task_gauges()
 
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None
@@ -365,6 +366,7 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
             await asyncio.wait(self._tasks, timeout=max(0.0, end - time.monotonic()))
         self._tasks.clear()
         await self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
+        self.metrics.clear_task_gauges()
 
     async def _run(self, job: str, every: float) -> None:
         connection: psycopg.AsyncConnection[Any] | None = None
