@@ -37,8 +37,6 @@ TENURE = [sys.executable, "-m", "tenure"]
         None,
         *EXAMPLES,
         *(f"task {name}" for name in TASK_EXAMPLES),
-        "task kind set",
-        "task kind show",
         *(f"claim {name}" for name in CLAIM_EXAMPLES),
         *(f"batch {name}" for name in BATCH_EXAMPLES),
     ],
