@@ -180,6 +180,9 @@ def test_task_control_commands(app_conninfo: str, admin: Any, capsys: pytest.Cap
         assert refused.startswith("tenure: ") and why in refused, refused
     assert "nothing to change for kind 'cli-mail'" in run("kind", "set", "cli-mail", code=2)
     assert "expected a duration" in cli_error(["task", "kind", "set", "k", "--rate", "1", "--per", "soon"])
+    huge = cli_error(["task", "kind", "set", "k", "--max-running", "99999999999"])
+    assert "expected a whole number from -2147483648 to 2147483647, got 99999999999" in huge
+    assert "from -2147483648" in cli_error(["task", "priority", str(uuid.uuid4()), "-2147483649"])
     assert "not allowed with argument --pause" in cli_error(
         ["task", "kind", "set", "k", "--pause", "--resume"]
     )

@@ -76,6 +76,20 @@ def duration(text: str) -> timedelta:
     return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
 
 
+def integer(text: str) -> int:
+    """A whole number that fits PostgreSQL's integer, which every count, limit and priority
+    of tenure's functions is (a larger one would reach no function at all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from -2147483648 to 2147483647, got {text}"
+        )
+    return value
+
+
 @contextmanager
 def admin_connection(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
     """The connection of a command that reads or repairs state, bounded as the runtimes' are:

@@ -16,7 +16,16 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
-from tenure.cli.common import Command, address, admin_connection, duration, metrics_server, say, subcommands
+from tenure.cli.common import (
+    Command,
+    address,
+    admin_connection,
+    duration,
+    integer,
+    metrics_server,
+    say,
+    subcommands,
+)
 from tenure.driver import Driver, TaskKind, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.runtime.shutdown import wait_for_shutdown
@@ -109,10 +118,11 @@ def kind_table(rows: list[TaskKind]) -> str:
     )
 
 
-def kind_line(kind: str, row: TaskKind | None) -> str:
+def kind_line(row: TaskKind) -> str:
     """One kind's settings after a change, in words."""
-    if row is None:
-        return f"kind {kind}: no settings left (not paused, no limits)"
+    limits = (row.max_running, row.max_running_per_key, row.rate)
+    if not row.paused and all(limit is None for limit in limits):
+        return f"kind {row.kind}: no settings left (not paused, no limits)"
     parts = ["paused" if row.paused else "not paused", f"running {row.running}"]
     if row.max_running is not None:
         parts.append(f"max running {row.max_running}")
@@ -220,7 +230,7 @@ def cmd_task_kind(args: argparse.Namespace) -> int:
                 f"nothing to change for kind {args.kind!r}: give --pause, --resume, --max-running, "
                 "--max-running-per-key or --rate N --per PERIOD"
             )
-        print(kind_line(args.kind, driver.task_kind_set(args.kind, **changes)))
+        print(kind_line(driver.task_kind_set(args.kind, **changes)))
     return 0
 
 
@@ -355,10 +365,10 @@ def register(command: Command) -> None:
     enqueue.add_argument("--data", help="JSON data of the task")
     enqueue.add_argument("--delay", type=float, default=0.0, help="seconds until it is due (0)")
     enqueue.add_argument("--key", help="idempotency key: enqueueing the same key twice makes one task")
-    enqueue.add_argument("--max-attempts", type=int, default=5)
+    enqueue.add_argument("--max-attempts", type=integer, default=5)
     enqueue.add_argument(
         "--priority",
-        type=int,
+        type=integer,
         default=0,
         metavar="N",
         help="higher is leased first among due tasks, then the oldest due (0; may be negative)",
@@ -382,7 +392,7 @@ def register(command: Command) -> None:
     listing.add_argument("--status", choices=["pending", "waiting", "done", "dead", "cancelled"])
     listing.add_argument("--owner", type=uuid.UUID)
     listing.add_argument("--due", action="store_true", help="only tasks that can be acquired now")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=integer, default=100)
     listing.add_argument("--json", action="store_true", help="also print the rows as JSON")
     show = task_command("show", "print one task as JSON")
     show.add_argument("id", type=uuid.UUID)
@@ -396,7 +406,7 @@ def register(command: Command) -> None:
         "priority", "change the priority of a pending or waiting task (exit 1: it had finished)"
     )
     priority.add_argument("id", type=uuid.UUID)
-    priority.add_argument("priority", type=int, help="higher is leased first (may be negative)")
+    priority.add_argument("priority", type=integer, help="higher is leased first (may be negative)")
     kind = task_command("kind", "pause, resume and limit a kind of task, or show the settings")
     kind.formatter_class = argparse.RawDescriptionHelpFormatter
     _register_kind(kind)
@@ -444,7 +454,7 @@ def register(command: Command) -> None:
         type=float,
         help="with --exec: seconds between SIGTERM and SIGKILL (lease / 6; below lease / 3)",
     )
-    worker.add_argument("--concurrency", type=int, default=4)
+    worker.add_argument("--concurrency", type=integer, default=4)
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds (30)")
     worker.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls (1)")
     worker.add_argument("--no-listen", action="store_true", help="poll only, no LISTEN/NOTIFY")
@@ -484,20 +494,20 @@ def _register_kind(kind: argparse.ArgumentParser) -> None:
     pause.add_argument("--resume", dest="paused", action="store_const", const=False, help="lease again")
     setting.add_argument(
         "--max-running",
-        type=int,
+        type=integer,
         metavar="N",
         help="at most N tasks of the kind leased at once, across every worker (0 removes the limit)",
     )
     setting.add_argument(
         "--max-running-per-key",
-        type=int,
+        type=integer,
         metavar="N",
         help="at most N leased at once per limit key (tenure task enqueue --limit-key); keys with due "
         "tasks take turns (0 removes the limit)",
     )
     setting.add_argument(
         "--rate",
-        type=int,
+        type=integer,
         metavar="N",
         help="at most N leases of the kind per --per PERIOD, a sliding window across every worker "
         "(0 removes the rate limit)",
