@@ -345,6 +345,7 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     driver.claim_register("shards", ["s1", "s2", "s3"])
     driver.claim_take("shards", uuid.uuid4(), expiry=60, limit=2)
     driver.task_enqueue("email", {"to": "a@example.org"})
+    driver.task_kind_set("email", paused=True, max_running=3, rate=10, rate_period=60)
     driver.batch_enqueue("ledger", "po-1", b"x")
     driver.replica_register()
     assert driver.replica_acquire("replica-a").acquired  # held by this session until the test ends
@@ -360,11 +361,13 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert "shards               3 keys: 2 claimed, 1 unclaimed" in text.stdout
     assert re.search(r"email\s+new\s+pending\s+1\s+leased\s+0\s+due\s+1", text.stdout)
     assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
+    assert re.search(r"email\s+PAUSED  running 0 of 3  rate 0 of 10 per 60.0 s  due 1", text.stdout)
     assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout), text.stdout
     report = json.loads(tenure("--json").stdout)
     assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
     assert report["claim_keyspaces"][0]["unclaimed"] == 1
     assert report["tasks"][0]["due"] == 1
+    assert report["task_kinds"][0]["rate_period"] == 60 and report["task_kinds"][0]["paused"]
     assert report["batch_queues"][0]["queued"] == 1
     assert report["replicas"][0]["replica"] == "replica-a"
 
