@@ -7,7 +7,7 @@ import argparse
 import os
 import re
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +74,26 @@ def duration(text: str) -> timedelta:
             f"expected a duration such as 7d, 12h, 30m, 90s or seconds, got {text!r}"
         )
     return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
+
+
+def cell(value: object) -> str:
+    """A value in a text table: "-" for none, times to the second, booleans as yes and no."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def text_table(columns: Sequence[str], rows: Iterable[dict[str, object]]) -> str:
+    """Rows as a text table under a header of their column names, one line per row."""
+    lines = [list(columns), *([cell(row[column]) for column in columns] for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
 
 
 def integer(text: str) -> int:

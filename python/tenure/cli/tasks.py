@@ -13,7 +13,7 @@ import signal
 import sys
 import uuid
 from contextlib import AbstractAsyncContextManager, nullcontext
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from tenure.cli.common import (
@@ -25,6 +25,7 @@ from tenure.cli.common import (
     metrics_server,
     say,
     subcommands,
+    text_table,
 )
 from tenure.driver import Driver, TaskKind, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration
@@ -96,26 +97,9 @@ def _rate(row: TaskKind) -> str:
     return f"{row.rate} per {_seconds(row.rate_period)}" if row.rate_period is not None else str(row.rate)
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.isoformat(timespec="seconds")
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
 def kind_table(rows: list[TaskKind]) -> str:
     """The settings of task kinds (the view tenure.task_kinds) as a text table, one line per kind."""
-    lines = [list(KIND_COLUMNS)]
-    for row in rows:
-        values = {**dataclasses.asdict(row), "rate": _rate(row)}
-        lines.append([_cell(values[column]) for column in KIND_COLUMNS])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(KIND_COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+    return text_table(KIND_COLUMNS, ({**dataclasses.asdict(row), "rate": _rate(row)} for row in rows))
 
 
 def kind_line(row: TaskKind) -> str:
