@@ -66,6 +66,15 @@ CREATE TABLE tenure.task_kind_lease (
 );
 CREATE INDEX task_kind_lease_kind ON tenure.task_kind_lease (kind, leased_at);
 
+-- When each key of a kind limited per key was last served: of the keys with as few
+-- tasks leased, the one served longest ago goes first. Forgotten after an hour.
+CREATE TABLE tenure.task_key_turn (
+    kind      text        NOT NULL REFERENCES tenure.task_kind (kind) ON DELETE CASCADE,
+    limit_key text        NOT NULL,
+    served_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, limit_key)
+);
+
 CREATE VIEW tenure.task_kinds AS
 SELECT k.kind, k.paused, k.max_running, k.max_running_per_key, k.rate, k.rate_period,
        (SELECT count(*) FROM tenure.task t
@@ -127,7 +136,8 @@ ALTER TYPE tenure._task_input
 CREATE TYPE tenure._task_candidate AS (
     id          uuid,
     priority    integer,
-    rank        bigint,  -- its key's turn: 1 for each key's first task, 2 for the second, ...
+    rank        bigint,       -- its key's turn: the key's leased tasks + 1 for its first, + 2 for its second, ...
+    served_at   timestamptz,  -- when its key was last served (NULL: not lately), so keys take turns
     next_action timestamptz
 );
 

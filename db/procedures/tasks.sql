@@ -572,6 +572,12 @@ BEGIN
             INSERT INTO tenure.task_kind_lease (kind, leased_at)
             SELECT l.kind, v_leased_at FROM unnest(v_leases) l JOIN tenure.task_kind k ON k.kind = l.kind
              WHERE k.rate IS NOT NULL;
+            -- The keys served, for their turns.
+            INSERT INTO tenure.task_key_turn AS turn (kind, limit_key, served_at)
+            SELECT DISTINCT t.kind, t.limit_key, v_leased_at
+              FROM unnest(v_leases) l JOIN tenure.task t ON t.id = l.id JOIN tenure.task_kind k ON k.kind = t.kind
+             WHERE t.limit_key IS NOT NULL AND k.max_running_per_key IS NOT NULL
+            ON CONFLICT (kind, limit_key) DO UPDATE SET served_at = excluded.served_at;
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
         IF v_died IS NOT NULL THEN
@@ -610,7 +616,7 @@ DECLARE
 BEGIN
     -- Kinds without settings, as _task_take would pick them.
     IF p_kinds IS NULL THEN
-        v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+        v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                 FROM tenure.task t
                                WHERE t.status = 'pending' AND t.kind <> ALL (p_controlled) AND t.next_action <= p_now
                                  AND (t.owner IS NULL OR t.next_action < p_now)
@@ -618,7 +624,7 @@ BEGIN
     ELSE
         v_free := ARRAY(SELECT unnest(p_kinds) EXCEPT SELECT unnest(p_controlled));
         IF cardinality(v_free) > 0 THEN
-            v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+            v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                     FROM tenure.task t
                                    WHERE t.status = 'pending' AND t.kind = ANY (v_free) AND t.next_action <= p_now
                                      AND (t.owner IS NULL OR t.next_action < p_now)
@@ -658,7 +664,7 @@ BEGIN
         CONTINUE WHEN v_cap <= 0;
         IF k.max_running_per_key IS NULL THEN
             v_candidates := v_candidates || ARRAY(
-                SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate FROM tenure.task t
+                SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate FROM tenure.task t
                  WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
                    AND (t.owner IS NULL OR t.next_action < p_now)
                  ORDER BY t.priority DESC, t.next_action LIMIT v_cap FOR UPDATE SKIP LOCKED);
@@ -680,9 +686,12 @@ BEGIN
                    AND t.limit_key IS NOT NULL
                  GROUP BY t.limit_key
             ), offered AS (
-                SELECT x.* FROM keys LEFT JOIN running r ON r.key = keys.key
+                SELECT x.id, x.priority, coalesce(r.n, 0) + x.position AS rank, turn.served_at, x.next_action
+                  FROM keys
+                  LEFT JOIN running r ON r.key = keys.key
+                  LEFT JOIN tenure.task_key_turn turn ON turn.kind = k.kind AND turn.limit_key = keys.key
                  CROSS JOIN LATERAL (
-                     SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action) AS rank,
+                     SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action) AS position,
                             t.next_action
                        FROM tenure.task t
                       WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key = keys.key
@@ -691,14 +700,17 @@ BEGIN
                       LIMIT greatest(k.max_running_per_key - coalesce(r.n, 0), 0)) x
                  WHERE keys.key IS NOT NULL
                 UNION ALL
-                SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), t.next_action
+                SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), NULL, t.next_action
                   FROM (SELECT t.* FROM tenure.task t
                          WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NULL
                            AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
                          ORDER BY t.priority DESC, t.next_action LIMIT v_cap) t
             )
-            SELECT array_agg((o.id, o.priority, o.rank, o.next_action)::tenure._task_candidate) INTO v_keyed
-              FROM (SELECT * FROM offered o ORDER BY o.priority DESC, o.rank, o.next_action LIMIT v_cap) o;
+            SELECT array_agg((o.id, o.priority, o.rank, o.served_at, o.next_action)::tenure._task_candidate)
+              INTO v_keyed
+              FROM (SELECT * FROM offered o
+                     ORDER BY o.priority DESC, o.rank, o.served_at NULLS FIRST, o.next_action LIMIT v_cap) o;
+            DELETE FROM tenure.task_key_turn turn WHERE turn.kind = k.kind AND turn.served_at < p_now - interval '1 hour';
             v_candidates := v_candidates || ARRAY(
                 SELECT o FROM unnest(v_keyed) o
                   JOIN LATERAL (SELECT FROM tenure.task t
@@ -710,7 +722,7 @@ BEGIN
 
     RETURN QUERY
     SELECT c.id, NULL::text, NULL::timestamptz FROM unnest(v_candidates) c
-     ORDER BY c.priority DESC, c.rank, c.next_action
+     ORDER BY c.priority DESC, c.rank, c.served_at NULLS FIRST, c.next_action
      LIMIT p_wanted;
 END
 $$;
@@ -1183,9 +1195,6 @@ BEGIN
            array_agg(DISTINCT a.kind) FILTER (WHERE a.outcome <> 'extend')
       INTO v_applied, v_wake, v_finished, v_ended
       FROM applied a;
-    IF v_ended IS NOT NULL THEN
-        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
-    END IF;
 
     IF cardinality(v_applied) = v_count THEN
         RETURN QUERY SELECT * FROM unnest(v_applied);
@@ -1226,6 +1235,12 @@ BEGIN
         IF p_wait IS NOT NULL AND v_leased = p_limit THEN
             DELETE FROM tenure.task_waiter WHERE owner = p_owner;  -- every slot filled: no longer waiting
         END IF;
+    END IF;
+    -- After the leases: an acquisition locks the row of a limited kind and then, when a
+    -- task dies, its dependents; taking the kind's row before any dependent keeps that
+    -- one order of locks (no deadlock).
+    IF v_ended IS NOT NULL THEN
+        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
     END IF;
     IF v_wake IS NOT NULL THEN
         PERFORM tenure._task_announce(v_wake, v_now);
