@@ -605,7 +605,8 @@ class Dashboard:
                 status_code=200 if outcome.ok else 409,
             )
         query = urlencode({"flash": outcome.message, "ok": "1" if outcome.ok else "0"})
-        return RedirectResponse(f"{outcome.back}?{query}", status_code=303)
+        joint = "&" if "?" in outcome.back else "?"
+        return RedirectResponse(f"{outcome.back}{joint}{query}", status_code=303)
 
 
 def _wants_json(request: Request) -> bool:
