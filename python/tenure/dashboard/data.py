@@ -307,9 +307,7 @@ def tasks(
         "list": [],
     }
     if status is not None:
-        order = (
-            "priority DESC, next_action, id" if status in UNFINISHED else "finished_at DESC NULLS LAST, id"
-        )
+        order = "priority DESC, next_action, id" if status in UNFINISHED else "finished_at DESC, id"
         found["list"] = reader.page_rows(
             "SELECT id, kind, state, status, priority, limit_key, after_left, attempts, max_attempts, "
             "owner, leased, due, next_action, finished_at, "
