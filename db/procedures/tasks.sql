@@ -1183,9 +1183,6 @@ BEGIN
            array_agg(DISTINCT a.kind) FILTER (WHERE a.outcome <> 'extend')
       INTO v_applied, v_wake, v_finished, v_ended
       FROM applied a;
-    IF v_ended IS NOT NULL THEN
-        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
-    END IF;
 
     IF cardinality(v_applied) = v_count THEN
         RETURN QUERY SELECT * FROM unnest(v_applied);
@@ -1226,6 +1223,12 @@ BEGIN
         IF p_wait IS NOT NULL AND v_leased = p_limit THEN
             DELETE FROM tenure.task_waiter WHERE owner = p_owner;  -- every slot filled: no longer waiting
         END IF;
+    END IF;
+    -- After the leases: an acquisition locks the row of a limited kind and then, when a
+    -- task dies, its dependents; taking the kind's row before any dependent keeps that
+    -- one order of locks (no deadlock).
+    IF v_ended IS NOT NULL THEN
+        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
     END IF;
     IF v_wake IS NOT NULL THEN
         PERFORM tenure._task_announce(v_wake, v_now);
