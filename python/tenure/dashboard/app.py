@@ -265,7 +265,7 @@ ACTIONS: dict[str, Action] = {
         "Purge finished tasks",
         ("older_than", "include_dead"),
         lambda p: (
-            f"Tasks done more than {p.get('older_than')} s ago are deleted"
+            f"Tasks done or cancelled more than {p.get('older_than')} s ago are deleted"
             + (", dead ones too." if _flag(p, "include_dead") else " (dead ones stay).")
         ),
         _purge,
