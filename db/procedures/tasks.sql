@@ -735,7 +735,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
-$$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
+$$Lease up to p_limit due tasks (next_action <= now; the highest priority first, then the oldest due; of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED). The settings of each kind (task_kind_set) hold: nothing of a paused kind, never more leased at once than its max_running and max_running_per_key allow (keys with due tasks take turns), never more leases per rate_period than its rate.
 Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
 Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
 Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
@@ -1260,7 +1260,7 @@ COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, in
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
 With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
-Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
+Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'), and when it leased fewer than p_limit because a rate-limited kind held due tasks back, a row per such kind with outcome 'throttled', id and epoch NULL, and next_action when its rate lets the next lease through (wait until then rather than poll). A refused outcome is not an error: the others still apply.
 Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 
 -- Controls: what follows a task's end, cancelling, priorities, settings per kind ---------
@@ -1639,7 +1639,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN tenure._task_purge(p_older_than, p_include_dead, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
-$$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.
+$$Retention clean-up: delete tasks that finished (done and cancelled, and dead with p_include_dead) more than p_older_than ago, with their lease log.
 Returns how many tasks were deleted.
 Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
 
