@@ -472,7 +472,7 @@ AS $$
 BEGIN
     PERFORM tenure._task_check_take('task_acquire', p_owner, p_lease, p_limit, 1, p_kinds);
     PERFORM tenure._durable();
-    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l WHERE l.id IS NOT NULL;
+    RETURN QUERY SELECT * FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l WHERE l.id IS NOT NULL;
 END
 $$;
 
@@ -488,6 +488,17 @@ $$;
 -- (tenure.task_kind) are picked by _task_pick instead.
 CREATE OR REPLACE FUNCTION tenure._task_take(
     p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false); END $$;
+
+-- _task_take; with p_skip_busy, a limited kind whose row another acquisition holds is
+-- passed over rather than waited for (task_cycle's second look, made while it holds
+-- _task_wait's lock: waiting there for a kind's row could deadlock with an acquisition
+-- that holds the row and waits for that lock).
+CREATE OR REPLACE FUNCTION tenure._task_lease(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz, p_skip_busy boolean
 ) RETURNS SETOF tenure.task_lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -517,7 +528,7 @@ BEGIN
                    coalesce(array_agg((NULL, c.kind, NULL, NULL, NULL, NULL, c.until)::tenure.task_lease)
                             FILTER (WHERE c.id IS NULL), '{}')
               INTO v_ids, v_throttled
-              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now) c;
+              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
         ELSIF p_kinds IS NULL THEN
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
                             WHERE t.status = 'pending' AND t.next_action <= v_now
@@ -601,8 +612,9 @@ $$;
 -- The row of each limited kind is locked while its running tasks and recent leases are
 -- counted, and stays locked until the leases commit: acquisitions of one limited kind
 -- take turns, so their counts cannot both miss the other's leases.
-CREATE OR REPLACE FUNCTION tenure._task_pick(p_kinds text[], p_controlled text[], p_wanted integer, p_now timestamptz)
-RETURNS TABLE (id uuid, kind text, until timestamptz)
+CREATE OR REPLACE FUNCTION tenure._task_pick(
+    p_kinds text[], p_controlled text[], p_wanted integer, p_now timestamptz, p_skip_busy boolean
+) RETURNS TABLE (id uuid, kind text, until timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -610,6 +622,7 @@ DECLARE
     v_free text[];
     v_candidates tenure._task_candidate[];
     k tenure.task_kind;
+    v_limited tenure.task_kind[];
     v_cap bigint;
     v_count bigint;
     v_keyed tenure._task_candidate[];
@@ -635,8 +648,14 @@ BEGIN
     END IF;
 
     -- Kinds with settings, one at a time, their rows locked in kind order (no deadlock).
-    FOR k IN SELECT * FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
-              ORDER BY c.kind FOR UPDATE
+    IF p_skip_busy THEN
+        v_limited := ARRAY(SELECT c FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
+                            ORDER BY c.kind FOR UPDATE SKIP LOCKED);
+    ELSE
+        v_limited := ARRAY(SELECT c FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
+                            ORDER BY c.kind FOR UPDATE);
+    END IF;
+    FOREACH k IN ARRAY v_limited
     LOOP
         v_cap := p_wanted::bigint;
         IF k.max_running IS NOT NULL THEN
@@ -1215,7 +1234,7 @@ BEGIN
 
     IF p_limit > 0 THEN
         -- A row with a NULL id is a rate-limited kind held back (_task_take): outcome throttled.
-        v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l);
+        v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l);
         RETURN QUERY
         SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state, l.data,
                l.attempts, l.lease_until
@@ -1224,7 +1243,7 @@ BEGIN
         IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
-            v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l);
+            v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now, true) l);
             RETURN QUERY
             SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state,
                    l.data, l.attempts, l.lease_until
