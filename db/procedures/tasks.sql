@@ -386,7 +386,10 @@ BEGIN
     )
     SELECT r.id, r.kind, r.created, r.next_action
       FROM (
-          SELECT i.ord, i.id, i.kind, true AS created, v_now + i.delay AS next_action
+          -- (one created dead, after a dead or cancelled task, is due never)
+          SELECT i.ord, i.id, i.kind, true AS created,
+                 CASE WHEN v_deps IS NULL THEN v_now + i.delay
+                      ELSE (SELECT t.next_action FROM tenure.task t WHERE t.id = i.id) END AS next_action
             FROM input i JOIN created c ON c.id = i.id
            WHERE i.first_of_id
           UNION ALL
@@ -1490,7 +1493,7 @@ BEGIN
     END IF;
     INSERT INTO tenure.task_kind AS k (kind, paused, max_running, max_running_per_key, rate, rate_period, changed_at)
     VALUES (p_kind, coalesce(p_paused, false), nullif(p_max_running, 0), nullif(p_max_running_per_key, 0),
-            nullif(p_rate, 0), p_rate_period, v_now)
+            nullif(p_rate, 0), coalesce(p_rate_period, v_row.rate_period), v_now)
     ON CONFLICT (kind) DO UPDATE
        SET paused              = coalesce(p_paused, k.paused),
            max_running         = CASE WHEN p_max_running IS NULL THEN k.max_running ELSE nullif(p_max_running, 0) END,

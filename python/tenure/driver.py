@@ -114,10 +114,13 @@ class TaskDependency:
 
 @dataclass(frozen=True)
 class TaskEnqueued:
+    """An enqueued task: ``created`` False when its id or key existed; ``next_action`` when it
+    is due (waiting: the earliest it may be), None when created dead after a dead task."""
+
     id: UUID
     kind: str
     created: bool
-    next_action: datetime
+    next_action: datetime | None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import string
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 import psycopg
@@ -124,6 +124,22 @@ JSON_EDGES = [
     '[{"id": "x", "epoch": 1, "status": "committed"}]',
     '[{"id": "00000000-0000-0000-0000-000000000000", "epoch": "x", "status": "committed"}]',
     '[{"id": "00000000-0000-0000-0000-000000000000", "epoch": 1e30, "status": "committed"}]',
+    # task controls (issue 28): priority, limit_key and after in task_enqueue_many
+    '[{"kind": "k", "priority": "high"}]',
+    '[{"kind": "k", "priority": 1e20}]',
+    '[{"kind": "k", "priority": 1.5}]',
+    '[{"kind": "k", "limit_key": {"a": 1}}]',
+    '[{"kind": "k", "limit_key": "\\t\\n"}]',
+    '[{"kind": "k", "limit_key": "' + "l" * 10_000 + '"}]',
+    '[{"kind": "k", "after": "00000000-0000-0000-0000-000000000000"}]',
+    '[{"kind": "k", "after": ["not a uuid"]}]',
+    '[{"kind": "k", "after": [null]}]',
+    '[{"kind": "k", "after": [["00000000-0000-0000-0000-000000000000"]]}]',
+    '[{"kind": "k", "after": ["00000000-0000-0000-0000-000000000000"]}]',
+    '[{"kind": "k", "id": "00000000-0000-0000-0000-0000000000a1",'
+    ' "after": ["00000000-0000-0000-0000-0000000000a1"]}]',
+    '[{"kind": "k", "after": ["00000000-0000-0000-0000-0000000000a2"]},'
+    ' {"kind": "k", "id": "00000000-0000-0000-0000-0000000000a2"}]',
 ]
 
 TABLES = """
@@ -319,6 +335,21 @@ def _seed(world: World) -> None:
     world.uuids += batches
     w.execute("SELECT * FROM tenure.batch_select('ks', %s, 2)", (owners[1],))
     w.execute("SELECT tenure.replica_register(0, 'scope-1')")
+    # Task controls: kinds with settings, a task of each new status, priorities and limit keys.
+    w.execute("SELECT * FROM tenure.task_kind_set('email', p_max_running => 10, p_max_running_per_key => 3)")
+    w.execute("SELECT * FROM tenure.task_kind_set('new', p_rate => 100, p_rate_period => '1 minute')")
+    w.execute("SELECT * FROM tenure.task_kind_set('done', p_paused => true)")
+    enqueue = (
+        "SELECT id FROM tenure.task_enqueue(%s::text, p_priority => %s::integer, p_limit_key => %s::text,"
+        " p_after => %s::uuid[])"
+    )
+    head = w.execute(enqueue, ("new", 5, "l1", None)).fetchone()
+    assert head is not None
+    waiting = w.execute(enqueue, ("email", 0, None, [head[0]])).fetchone()
+    cancelled = w.execute(enqueue, ("done", -3, "l2", None)).fetchone()
+    assert waiting is not None and cancelled is not None
+    w.execute("SELECT tenure.task_cancel(%s)", (cancelled[0],))
+    world.uuids += [head[0], waiting[0], cancelled[0]]
     world.uuids += [uuid.UUID(int=0), uuid.uuid4()]
     world.epochs += [1, 2, 3]
 
@@ -400,7 +431,8 @@ def _json_value(world: World) -> st.SearchStrategy[Any]:
 
 
 FIELDS = ["kind", "data", "state", "delay", "id", "idempotency_key", "max_attempts", "key", "payload",
-          "state_keys", "depends_on", "epoch", "status", "detail"]  # fmt: skip
+          "state_keys", "depends_on", "epoch", "status", "detail", "priority", "limit_key",
+          "after"]  # fmt: skip
 
 
 def _strategy(world: World, type_name: str) -> st.SearchStrategy[Any]:
@@ -627,14 +659,100 @@ def test_oversized_inputs_are_refused_in_a_short_error(world: World, query: str,
     assert world.snapshot() == before
 
 
+# Issue 28: bad input to the task controls, as an application would send it: TN001 naming the
+# argument (or the task of the array), nothing changed. A task enqueued after an unknown task,
+# after itself or after a later task of the same array enqueues nothing.
+TASK_CONTROL_CASES = [
+    ("SELECT * FROM tenure.task_kind_set(NULL, p_paused => true)", "p_kind"),
+    ("SELECT * FROM tenure.task_kind_set(E'\\t\\n', p_max_running => 1)", "p_kind"),
+    ("SELECT * FROM tenure.task_kind_set('email', p_max_running => -1)", "p_max_running"),
+    ("SELECT * FROM tenure.task_kind_set('email', p_max_running_per_key => -1)", "p_max_running_per_key"),
+    ("SELECT * FROM tenure.task_kind_set('email', p_rate => -1, p_rate_period => '1 second')", "p_rate"),
+    ("SELECT * FROM tenure.task_kind_set('email', p_max_running => 1000001)", "p_max_running"),
+    ("SELECT * FROM tenure.task_kind_set('ks', p_max_running_per_key => 1000001)", "p_max_running_per_key"),
+    ("SELECT * FROM tenure.task_kind_set('new', p_rate => 100001)", "p_rate"),
+    ("SELECT * FROM tenure.task_kind_set('new', p_rate_period => '0')", "p_rate_period"),
+    ("SELECT * FROM tenure.task_kind_set('new', p_rate_period => '-1 second')", "p_rate_period"),
+    ("SELECT * FROM tenure.task_kind_set('new', p_rate_period => '1 day 1 second')", "p_rate_period"),
+    ("SELECT * FROM tenure.task_kind_set('kind-without-settings', p_rate => 5)", "p_rate"),
+    ("SELECT * FROM tenure.task_kind_set('email', p_paused => true, p_max_running => -1)", "p_max_running"),
+    ("SELECT tenure.task_cancel(NULL)", "p_id"),
+    ("SELECT tenure.task_set_priority(NULL, 1)", "p_id"),
+    ("SELECT tenure.task_set_priority(gen_random_uuid(), NULL)", "p_priority"),
+    ("SELECT tenure.task_enqueue('email', p_priority => NULL)", "priority"),
+    ("SELECT tenure.task_enqueue('email', p_after => ARRAY[gen_random_uuid()])", "after"),
+    ("SELECT tenure.task_enqueue('email', p_after => ARRAY[NULL::uuid])", "after"),
+    (
+        "SELECT tenure.task_enqueue('email', p_id => '00000000-0000-0000-0000-0000000000c1',"
+        " p_after => ARRAY['00000000-0000-0000-0000-0000000000c1'::uuid])",
+        "after",
+    ),
+    ('SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email", "priority": "high"}]\')', "priority"),
+    ('SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email", "after": "x"}]\')', "after"),
+    (
+        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email"},'
+        ' {"kind": "email", "after": ["00000000-0000-0000-0000-0000000000c2"]}]\')',
+        "task 2",
+    ),
+    (
+        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email",'
+        ' "after": ["00000000-0000-0000-0000-0000000000c3"]},'
+        ' {"kind": "email", "id": "00000000-0000-0000-0000-0000000000c3"}]\')',
+        "task 1",
+    ),
+    (
+        'SELECT * FROM tenure.task_enqueue_many(\'[{"kind": "email",'
+        ' "id": "00000000-0000-0000-0000-0000000000c4",'
+        ' "after": ["00000000-0000-0000-0000-0000000000c4"]}]\')',
+        "task 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"), TASK_CONTROL_CASES, ids=[a + ":" + q[:50] for q, a in TASK_CONTROL_CASES]
+)
+def test_task_control_inputs_are_refused(world: World, query: str, argument: str) -> None:
+    _check_refused(world, query, argument)
+
+
+def test_task_kind_set_takes_each_setting_alone(world: World) -> None:
+    """NULL leaves a setting as it is: each one changed alone, on a kind with a rate and its period
+    (a new rate alone once broke the table's CHECK, 23514, for want of the period kept)."""
+    w = world.worker
+    w.execute("SELECT * FROM tenure.task_kind_set('alone', p_rate => 3, p_rate_period => '1 minute')")
+    alone: list[tuple[str, Any]] = [
+        ("p_rate", 7),
+        ("p_rate_period", "2 minutes"),
+        ("p_max_running", 3),
+        ("p_max_running_per_key", 2),
+        ("p_paused", True),
+        ("p_paused", False),
+    ]
+    for argument, value in alone:
+        query = sql.SQL("SELECT * FROM tenure.task_kind_set('alone', {} => %s)")
+        w.execute(query.format(sql.Identifier(argument)), (value,)).fetchall()
+    row = w.execute(
+        "SELECT paused, max_running, max_running_per_key, rate, rate_period FROM tenure.task_kinds"
+        " WHERE kind = 'alone'"
+    ).fetchone()
+    assert row == (False, 3, 2, 7, timedelta(minutes=2))
+
+
 @pytest.mark.parametrize(("query", "argument"), ISSUE_CASES, ids=[a + ":" + q[:40] for q, a in ISSUE_CASES])
 def test_issue_12_inputs_are_refused(world: World, query: str, argument: str) -> None:
+    _check_refused(world, query, argument)
+
+
+def _check_refused(world: World, query: str, argument: str) -> None:
+    """query is refused with TN001 naming argument, with a HINT, and changes nothing."""
     before = world.snapshot()
     with pytest.raises(psycopg.Error) as caught:
         world.worker.execute(query)
     error = caught.value
     assert error.sqlstate == "TN001", f"{query}: {error.sqlstate} {error.diag.message_primary}"
     assert argument in (error.diag.message_primary or ""), error.diag.message_primary
+    assert error.diag.message_hint, f"{query}: TN001 without a HINT"
     assert world.snapshot() == before
 
 
