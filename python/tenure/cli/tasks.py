@@ -139,7 +139,9 @@ def cmd_task(args: argparse.Namespace) -> int:
                 line += f", waiting for {found.after_left} of the tasks it runs after"
             elif found is not None and found.status == "dead":
                 line += f", dead: {found.last_error}"
-            print(f"{line}, due {enqueued.next_action.isoformat()}")
+            if enqueued.next_action is not None:
+                line += f", due {enqueued.next_action.isoformat()}"
+            print(line)
         elif args.task_command == "list":
             rows = driver.tasks(
                 kind=args.kind,
