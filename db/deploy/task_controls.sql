@@ -32,6 +32,8 @@ CREATE INDEX task_kind_due ON tenure.task (kind, priority DESC, next_action) WHE
 -- index; tasks without a limit key (most) are not in it.
 CREATE INDEX task_key_due ON tenure.task (kind, limit_key, priority DESC, next_action)
     WHERE status = 'pending' AND limit_key IS NOT NULL;
+-- Waiting tasks, for those who list them (few, unlike finished ones).
+CREATE INDEX task_waiting ON tenure.task (priority DESC, next_action) WHERE status = 'waiting';
 -- What runs now, counted against the limits: only leased tasks are in it.
 CREATE INDEX task_leased ON tenure.task (kind, limit_key) WHERE status = 'pending' AND owner IS NOT NULL;
 

@@ -475,7 +475,7 @@ AS $$
 BEGIN
     PERFORM tenure._task_check_take('task_acquire', p_owner, p_lease, p_limit, 1, p_kinds);
     PERFORM tenure._durable();
-    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l WHERE l.id IS NOT NULL;
+    RETURN QUERY SELECT * FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l WHERE l.id IS NOT NULL;
 END
 $$;
 
@@ -491,6 +491,17 @@ $$;
 -- (tenure.task_kind) are picked by _task_pick instead.
 CREATE OR REPLACE FUNCTION tenure._task_take(
     p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
+) RETURNS SETOF tenure.task_lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false); END $$;
+
+-- _task_take; with p_skip_busy, a limited kind whose row another acquisition holds is
+-- passed over rather than waited for (task_cycle's second look, made while it holds
+-- _task_wait's lock: waiting there for a kind's row could deadlock with an acquisition
+-- that holds the row and waits for that lock).
+CREATE OR REPLACE FUNCTION tenure._task_lease(
+    p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz, p_skip_busy boolean
 ) RETURNS SETOF tenure.task_lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -520,7 +531,7 @@ BEGIN
                    coalesce(array_agg((NULL, c.kind, NULL, NULL, NULL, NULL, c.until)::tenure.task_lease)
                             FILTER (WHERE c.id IS NULL), '{}')
               INTO v_ids, v_throttled
-              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now) c;
+              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
         ELSIF p_kinds IS NULL THEN
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
                             WHERE t.status = 'pending' AND t.next_action <= v_now
@@ -604,8 +615,9 @@ $$;
 -- The row of each limited kind is locked while its running tasks and recent leases are
 -- counted, and stays locked until the leases commit: acquisitions of one limited kind
 -- take turns, so their counts cannot both miss the other's leases.
-CREATE OR REPLACE FUNCTION tenure._task_pick(p_kinds text[], p_controlled text[], p_wanted integer, p_now timestamptz)
-RETURNS TABLE (id uuid, kind text, until timestamptz)
+CREATE OR REPLACE FUNCTION tenure._task_pick(
+    p_kinds text[], p_controlled text[], p_wanted integer, p_now timestamptz, p_skip_busy boolean
+) RETURNS TABLE (id uuid, kind text, until timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -613,6 +625,7 @@ DECLARE
     v_free text[];
     v_candidates tenure._task_candidate[];
     k tenure.task_kind;
+    v_limited tenure.task_kind[];
     v_cap bigint;
     v_count bigint;
     v_keyed tenure._task_candidate[];
@@ -638,8 +651,14 @@ BEGIN
     END IF;
 
     -- Kinds with settings, one at a time, their rows locked in kind order (no deadlock).
-    FOR k IN SELECT * FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
-              ORDER BY c.kind FOR UPDATE
+    IF p_skip_busy THEN
+        v_limited := ARRAY(SELECT c FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
+                            ORDER BY c.kind FOR UPDATE SKIP LOCKED);
+    ELSE
+        v_limited := ARRAY(SELECT c FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
+                            ORDER BY c.kind FOR UPDATE);
+    END IF;
+    FOREACH k IN ARRAY v_limited
     LOOP
         v_cap := p_wanted::bigint;
         IF k.max_running IS NOT NULL THEN
@@ -738,7 +757,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
-$$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
+$$Lease up to p_limit due tasks (next_action <= now; the highest priority first, then the oldest due; of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED). The settings of each kind (task_kind_set) hold: nothing of a paused kind, never more leased at once than its max_running and max_running_per_key allow (keys with due tasks take turns), never more leases per rate_period than its rate.
 Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
 Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
 Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
@@ -1218,7 +1237,7 @@ BEGIN
 
     IF p_limit > 0 THEN
         -- A row with a NULL id is a rate-limited kind held back (_task_take): outcome throttled.
-        v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l);
+        v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l);
         RETURN QUERY
         SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state, l.data,
                l.attempts, l.lease_until
@@ -1227,7 +1246,7 @@ BEGIN
         IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
-            v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l);
+            v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now, true) l);
             RETURN QUERY
             SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state,
                    l.data, l.attempts, l.lease_until
@@ -1263,7 +1282,7 @@ COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, in
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
 With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
-Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
+Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'), and when it leased fewer than p_limit because a rate-limited kind held due tasks back, a row per such kind with outcome 'throttled', id and epoch NULL, and next_action when its rate lets the next lease through (wait until then rather than poll). A refused outcome is not an error: the others still apply.
 Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 
 -- Controls: what follows a task's end, cancelling, priorities, settings per kind ---------
@@ -1642,7 +1661,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN tenure._task_purge(p_older_than, p_include_dead, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
-$$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.
+$$Retention clean-up: delete tasks that finished (done and cancelled, and dead with p_include_dead) more than p_older_than ago, with their lease log.
 Returns how many tasks were deleted.
 Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
 

@@ -114,10 +114,13 @@ class TaskDependency:
 
 @dataclass(frozen=True)
 class TaskEnqueued:
+    """An enqueued task: ``created`` False when its id or key existed; ``next_action`` when it
+    is due (waiting: the earliest it may be), None when created dead after a dead task."""
+
     id: UUID
     kind: str
     created: bool
-    next_action: datetime
+    next_action: datetime | None
 
 
 @dataclass(frozen=True)
@@ -384,6 +387,7 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
     "claim_instances": ("keyspace", "instance_id"),
     "claims": ("keyspace", "key"),
     "task_status": ("kind", "state", "status"),
+    "task_kinds": ("kind",),
     "batch_queues": ("keyspace",),
     "batch_keys": ("keyspace", "key"),
     "replicas": ("scope", "counter"),

@@ -197,7 +197,7 @@ def soak(
     def enqueue_tasks() -> None:
         rows = produced.task_enqueue_many([{"kind": TASK_KIND} for _ in range(TASKS_PER_SECOND // 10)])
         with lock:
-            log.tasks.update((str(row.id), epoch(row.next_action)) for row in rows)
+            log.tasks.update((str(row.id), epoch(row.next_action)) for row in rows if row.next_action)
 
     def enqueue_batches() -> None:
         before = server_now(producer)
