@@ -512,7 +512,6 @@ DECLARE
     v_wanted integer := p_limit;
     v_controlled text[];
     v_ids uuid[];
-    v_throttled tenure.task_lease[] := '{}'::tenure.task_lease[];
     v_leases tenure.task_lease[];
     v_died uuid[];
     v_leased_at timestamptz;
@@ -527,10 +526,7 @@ BEGIN
     -- do not count against p_limit: look again for the rest.
     LOOP
         IF v_controlled IS NOT NULL THEN
-            SELECT coalesce(array_agg(c.id) FILTER (WHERE c.id IS NOT NULL), '{}'),
-                   coalesce(array_agg((NULL, c.kind, NULL, NULL, NULL, NULL, c.until)::tenure.task_lease)
-                            FILTER (WHERE c.id IS NULL), '{}')
-              INTO v_ids, v_throttled
+            SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
               FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
         ELSIF p_kinds IS NULL THEN
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
@@ -600,8 +596,26 @@ BEGIN
         v_wanted := v_wanted - cardinality(v_leases);
         EXIT WHEN v_died IS NULL OR v_wanted = 0;
     END LOOP;
-    IF v_wanted > 0 THEN
-        RETURN QUERY SELECT * FROM unnest(v_throttled);
+    IF v_wanted > 0 AND v_controlled IS NOT NULL THEN
+        -- The rate-limited kinds that hold back due tasks now, this call's own leases
+        -- counted (their rows are still locked), and when each rate lets the next lease
+        -- through. Not a kind also at its concurrency limit: a finishing task wakes those.
+        RETURN QUERY
+        SELECT NULL::uuid, k.kind, NULL::text, NULL::jsonb, NULL::bigint, NULL::integer,
+               (SELECT l.leased_at + k.rate_period FROM tenure.task_kind_lease l
+                 WHERE l.kind = k.kind AND l.leased_at > v_now - k.rate_period
+                 ORDER BY l.leased_at OFFSET w.used - k.rate LIMIT 1)
+          FROM tenure.task_kind k
+         CROSS JOIN LATERAL (SELECT count(*) AS used FROM tenure.task_kind_lease l
+                              WHERE l.kind = k.kind AND l.leased_at > v_now - k.rate_period) w
+         WHERE k.kind = ANY (v_controlled) AND k.rate IS NOT NULL AND NOT k.paused AND w.used >= k.rate
+           AND (k.max_running IS NULL
+                OR k.max_running > (SELECT count(*) FROM tenure.task t
+                                     WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL
+                                       AND t.next_action >= v_now))
+           AND EXISTS (SELECT FROM tenure.task t
+                        WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= v_now
+                          AND (t.owner IS NULL OR t.next_action < v_now));
     END IF;
 END
 $$;
@@ -609,8 +623,8 @@ $$;
 -- The due tasks an acquisition of up to p_wanted tasks of p_kinds (NULL: any) may lease
 -- now, some of them of the kinds with settings p_controlled, locked: what the settings
 -- allow, highest priority first, then (for a kind limited per key) the keys in turn,
--- then the oldest due. Rows with a NULL id: a rate-limited kind that holds back due
--- tasks, and when its rate lets the next lease through.
+-- then the oldest due. (kind and until are always NULL: which kinds a rate holds back is
+-- known only after the leases, in _task_take.)
 --
 -- The row of each limited kind is locked while its running tasks and recent leases are
 -- counted, and stays locked until the leases commit: acquisitions of one limited kind
@@ -670,17 +684,6 @@ BEGIN
             DELETE FROM tenure.task_kind_lease l WHERE l.kind = k.kind AND l.leased_at <= p_now - k.rate_period;
             SELECT count(*) INTO v_count FROM tenure.task_kind_lease l
              WHERE l.kind = k.kind AND l.leased_at > p_now - k.rate_period;
-            IF v_count >= k.rate AND v_cap > 0 AND EXISTS (
-                SELECT FROM tenure.task t WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
-                                            AND (t.owner IS NULL OR t.next_action < p_now)) THEN
-                -- Full: the next lease may come once enough of these leave the window.
-                RETURN QUERY
-                SELECT NULL::uuid, k.kind, l.leased_at + k.rate_period
-                  FROM tenure.task_kind_lease l
-                 WHERE l.kind = k.kind AND l.leased_at > p_now - k.rate_period
-                 ORDER BY l.leased_at
-                OFFSET v_count - k.rate LIMIT 1;
-            END IF;
             v_cap := least(v_cap, k.rate - v_count);
         END IF;
         CONTINUE WHEN v_cap <= 0;
@@ -1238,11 +1241,13 @@ BEGIN
     IF p_limit > 0 THEN
         -- A row with a NULL id is a rate-limited kind held back (_task_take): outcome throttled.
         v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l);
+        v_leased := cardinality(array_remove(ARRAY(SELECT l.id FROM unnest(v_taken) l), NULL));
+        -- (a second look below says again which kinds are throttled: once is enough)
         RETURN QUERY
         SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state, l.data,
                l.attempts, l.lease_until
-          FROM unnest(v_taken) l;
-        v_leased := cardinality(array_remove(ARRAY(SELECT l.id FROM unnest(v_taken) l), NULL));
+          FROM unnest(v_taken) l
+         WHERE l.id IS NOT NULL OR p_wait IS NULL;
         IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);

@@ -305,7 +305,6 @@ SELECT outcome, pg_temp.n(id) AS n, kind, next_action
 SELECT results_eq($$SELECT n, next_action FROM cycled WHERE outcome = 'lease' ORDER BY n$$,
     $$VALUES (1505, '2002-05-01 01:01:00+00'::timestamptz), (1506, '2002-05-01 01:01:00+00')$$,
     'a cycle with the window empty leases up to the rate');
-SELECT todo('the throttled row comes only when the window was full before the call (reported to the lead)', 1);
 SELECT results_eq($$SELECT kind, next_action FROM cycled WHERE outcome = 'throttled'$$,
     $$VALUES ('rate', '2002-05-01 00:01:10+00'::timestamptz)$$,
     '... and reports the task it held back throttled until the window has room');
@@ -315,7 +314,6 @@ SELECT is_empty(
 SELECT lives_ok($$SELECT * FROM tenure.task_kind_set('ratew', p_rate => 1, p_rate_period => '10 s')$$, 'a rate of 1 per 10 s');
 SELECT pg_temp.enq(n, 'ratew', '2002-05-02 00:00:00+00') FROM generate_series(1521, 1523) n;
 SELECT is(cardinality(pg_temp.taken('a', 1, ARRAY['ratew'], '2002-05-02 00:00:00+00', '1 hour')), 1, 'one lease fills its window');
-SELECT todo('with p_wait, the second look repeats the throttled row of the first (reported to the lead)', 1);
 SELECT results_eq(
     $$SELECT outcome, kind, next_action FROM tenure._task_cycle(pg_temp.o('b'), '1 hour', 5, ARRAY['ratew'], '[]', '10 s',
                                                                 '2002-05-02 00:00:01+00')$$,
