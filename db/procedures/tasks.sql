@@ -164,6 +164,7 @@ AS $$
                 WHEN i.priority IS NULL THEN 'needs a priority, an integer'
                 WHEN i.limit_key IS NOT NULL AND tenure._blank(i.limit_key) THEN 'has an empty limit_key'
                 WHEN length(i.limit_key) > 200 THEN 'has a limit_key over 200 characters'
+                WHEN array_ndims(i.after) > 1 THEN 'runs after an array of more than one dimension'
                 WHEN cardinality(i.after) > 1000 THEN 'runs after more than 1000 tasks'
                 WHEN EXISTS (SELECT FROM unnest(i.after) a WHERE a IS NULL) THEN 'runs after a NULL task id'
                 WHEN i.id = ANY (i.after) THEN 'runs after itself (a cycle)'
