@@ -161,6 +161,12 @@ AS $$
                 WHEN i.idempotency_key IS NOT NULL AND tenure._blank(i.idempotency_key)
                     THEN 'has an empty idempotency_key'
                 WHEN length(i.idempotency_key) > 500 THEN 'has an idempotency_key over 500 characters'
+                WHEN i.priority IS NULL THEN 'needs a priority, an integer'
+                WHEN i.limit_key IS NOT NULL AND tenure._blank(i.limit_key) THEN 'has an empty limit_key'
+                WHEN length(i.limit_key) > 200 THEN 'has a limit_key over 200 characters'
+                WHEN cardinality(i.after) > 1000 THEN 'runs after more than 1000 tasks'
+                WHEN EXISTS (SELECT FROM unnest(i.after) a WHERE a IS NULL) THEN 'runs after a NULL task id'
+                WHEN i.id = ANY (i.after) THEN 'runs after itself (a cycle)'
            END
 $$;
 
@@ -174,14 +180,15 @@ BEGIN
         format('kind %s, state %s, delay %s, max_attempts %s', quote_nullable(p_input.kind),
                quote_nullable(p_input.state), quote_nullable(p_input.delay::text), quote_nullable(p_input.max_attempts)),
         'Give every task a kind and a state of at most 200 characters (e.g. ''email''), a delay from 0 to 100 years,'
-        || ' max_attempts of at least 1 and an idempotency_key of at most 500 characters.');
+        || ' max_attempts of at least 1, an idempotency_key and a limit_key of at most 500 and 200 characters, and'
+        || ' run it after at most 1000 other tasks (not itself).');
 END
 $$;
 
 -- One task: a plain INSERT, and a lookup by index only when the id or key existed.
 CREATE OR REPLACE FUNCTION tenure._task_enqueue(
     p_kind text, p_data jsonb, p_state text, p_delay interval, p_id uuid, p_idempotency_key text,
-    p_max_attempts integer, p_now timestamptz
+    p_max_attempts integer, p_priority integer, p_limit_key text, p_after uuid[], p_now timestamptz
 ) RETURNS SETOF tenure.task_enqueued
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -189,7 +196,7 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_input tenure._task_input := (1::bigint, coalesce(p_id, gen_random_uuid()), p_kind, coalesce(p_data, '{}'), p_state,
-                                   p_delay, p_idempotency_key, p_max_attempts, true);
+                                   p_delay, p_idempotency_key, p_max_attempts, true, p_priority, p_limit_key, p_after);
     v_done tenure.task_enqueued;
 BEGIN
     IF tenure._task_input_problem(v_input) IS NOT NULL THEN
@@ -198,10 +205,14 @@ BEGIN
     IF pg_column_size(v_input.data) > 65536 THEN
         PERFORM tenure._check_data('task_enqueue', 'p_data', v_input.data);
     END IF;
+    IF cardinality(p_after) > 0 THEN
+        RETURN QUERY SELECT * FROM tenure._task_insert('task_enqueue', ARRAY[v_input], v_now);
+        RETURN;
+    END IF;
     PERFORM tenure._durable();
-    INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
+    INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key, priority, limit_key,
                                   created_at, last_change, last_action, next_action)
-    VALUES (v_input.id, p_kind, p_state, v_input.data, p_max_attempts, p_idempotency_key,
+    VALUES (v_input.id, p_kind, p_state, v_input.data, p_max_attempts, p_idempotency_key, p_priority, p_limit_key,
             v_now, v_now, v_now, v_now + p_delay)
     ON CONFLICT DO NOTHING
     RETURNING t.id, t.kind, true, t.next_action INTO v_done;
@@ -232,12 +243,12 @@ DECLARE
     v_input tenure._task_input[];
     v_bad tenure._task_input;
     v_field record;
-    v_created uuid[];
 BEGIN
     IF p_tasks IS NULL OR jsonb_typeof(p_tasks) <> 'array' THEN
         PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'must be a JSON array of task objects',
             quote_nullable(left(p_tasks::text, 100)),
-            'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts.');
+            'Pass [{"kind": "email", "data": {...}}, ...]; optional keys: state, delay, id, idempotency_key, max_attempts,'
+            || ' priority, limit_key, after.');
     END IF;
     PERFORM tenure._check_count(p_function, 'p_tasks', 'tasks', jsonb_array_length(p_tasks), 10000);
     -- Each field must have its JSON type: an object is no kind, [1] no delay.
@@ -251,6 +262,9 @@ BEGIN
                       WHEN 'idempotency_key' THEN jsonb_typeof(f.value) <> 'string'
                       WHEN 'delay' THEN jsonb_typeof(f.value) NOT IN ('string', 'number')
                       WHEN 'max_attempts' THEN jsonb_typeof(f.value) <> 'number'
+                      WHEN 'priority' THEN jsonb_typeof(f.value) <> 'number'
+                      WHEN 'limit_key' THEN jsonb_typeof(f.value) <> 'string'
+                      WHEN 'after' THEN jsonb_typeof(f.value) <> 'array'
                       ELSE false END
      ORDER BY e.ord, f.key
      LIMIT 1;
@@ -258,27 +272,30 @@ BEGIN
         PERFORM tenure._invalid_argument(p_function, format('task %s', v_field.ord),
             format('has a %s that is not a JSON %s', v_field.key,
                    CASE v_field.key WHEN 'delay' THEN 'string or number (of seconds)'
-                                    WHEN 'max_attempts' THEN 'number' ELSE 'string' END),
+                                    WHEN 'max_attempts' THEN 'number' WHEN 'priority' THEN 'number'
+                                    WHEN 'after' THEN 'array (of task ids)' ELSE 'string' END),
             'see the task at that position',
-            'kind, state, id and idempotency_key are strings, delay a string such as ''30 seconds'' (or a number'
-            || ' of seconds), max_attempts an integer.');
+            'kind, state, id, idempotency_key and limit_key are strings, delay a string such as ''30 seconds'' (or a'
+            || ' number of seconds), max_attempts and priority integers, after an array of task ids.');
     END IF;
     BEGIN
         SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind,
                           CASE WHEN jsonb_typeof(e.task) <> 'object' THEN '{}'
                                WHEN e.task ? 'data' THEN e.task -> 'data' ELSE '{}' END,
                           coalesce(r.state, 'new'), coalesce(r.delay, interval '0'), r.idempotency_key,
-                          coalesce(r.max_attempts, 5), jsonb_typeof(e.task) = 'object')::tenure._task_input
+                          coalesce(r.max_attempts, 5), jsonb_typeof(e.task) = 'object', coalesce(r.priority, 0),
+                          r.limit_key, r.after)::tenure._task_input
                          ORDER BY e.ord)
           INTO v_input
           FROM jsonb_array_elements(p_tasks) WITH ORDINALITY AS e(task, ord),
                LATERAL jsonb_to_record(CASE jsonb_typeof(e.task) WHEN 'object' THEN e.task ELSE '{}' END)
                    AS r(kind text, data jsonb, state text, delay interval, id uuid, idempotency_key text,
-                        max_attempts integer);
+                        max_attempts integer, priority integer, limit_key text, after uuid[]);
     EXCEPTION WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
                    OR interval_field_overflow OR numeric_value_out_of_range OR invalid_parameter_value THEN
         PERFORM tenure._invalid_argument(p_function, 'p_tasks', 'has a value of the wrong type', SQLERRM,
-            'id must be a uuid, delay an interval such as ''30 seconds'', max_attempts an integer.');
+            'id and the ids in after must be uuids, delay an interval such as ''30 seconds'', max_attempts and'
+            || ' priority integers.');
     END;
 
     SELECT * INTO v_bad FROM unnest(v_input) i WHERE tenure._task_input_problem(i) IS NOT NULL ORDER BY i.ord LIMIT 1;
@@ -290,19 +307,72 @@ BEGIN
     IF FOUND THEN
         PERFORM tenure._refuse_data(p_function, format('the data of task %s', v_bad.ord), pg_column_size(v_bad.data));
     END IF;
+    RETURN QUERY SELECT * FROM tenure._task_insert(p_function, v_input, v_now);
+END
+$$;
+
+-- Insert checked tasks (one enqueue call's), with the tasks they run after.
+CREATE OR REPLACE FUNCTION tenure._task_insert(p_function text, p_input tenure._task_input[], p_now timestamptz)
+RETURNS SETOF tenure.task_enqueued
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := p_now;
+    v_created uuid[];
+    v_deps uuid[];
+    v_found uuid[];
+    v_bad record;
+    v_due text[];
+BEGIN
     PERFORM tenure._durable();
+    IF EXISTS (SELECT FROM unnest(p_input) i WHERE cardinality(i.after) > 0) THEN
+        -- A task runs after tasks that exist or come earlier in p_input, so no cycle can form.
+        -- Those that exist are locked (shared) before their status is read: one that
+        -- finishes after this finds the dependents added here (it waits for this commit),
+        -- one that finished before is seen finished.
+        v_deps := ARRAY(SELECT DISTINCT a FROM unnest(p_input) i, unnest(i.after) a);
+        v_found := ARRAY(SELECT t.id FROM tenure.task t WHERE t.id = ANY (v_deps) ORDER BY t.id FOR SHARE);
+        SELECT i.ord, a AS after_id, EXISTS (SELECT FROM unnest(p_input) e WHERE e.id = a) AS later INTO v_bad
+          FROM unnest(p_input) i, unnest(i.after) a
+         WHERE a <> ALL (v_found) AND NOT EXISTS (SELECT FROM unnest(p_input) e WHERE e.id = a AND e.ord < i.ord)
+         ORDER BY i.ord
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM tenure._invalid_argument(p_function,
+                CASE WHEN p_function = 'task_enqueue' THEN 'p_after' ELSE format('task %s', v_bad.ord) END,
+                CASE WHEN v_bad.later THEN 'runs after a task that comes later in p_tasks (a cycle could form)'
+                     ELSE 'runs after a task that does not exist' END,
+                v_bad.after_id::text,
+                'Name tasks that exist, or come earlier in the same call; enqueue a task after the tasks it runs after.');
+        END IF;
+    END IF;
 
     WITH inserted AS (
-        INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key,
-                                      created_at, last_change, last_action, next_action)
-        SELECT i.id, i.kind, i.state, i.data, i.max_attempts, i.idempotency_key,
+        INSERT INTO tenure.task AS t (id, kind, state, data, max_attempts, idempotency_key, priority, limit_key,
+                                      status, after_left, created_at, last_change, last_action, next_action)
+        SELECT i.id, i.kind, i.state, i.data, i.max_attempts, i.idempotency_key, i.priority, i.limit_key,
+               CASE WHEN cardinality(i.after) > 0 THEN 'waiting' ELSE 'pending' END,
+               CASE WHEN cardinality(i.after) > 0 THEN (SELECT count(DISTINCT a) FROM unnest(i.after) a) ELSE 0 END,
                v_now, v_now, v_now, v_now + i.delay
-          FROM unnest(v_input) i
+          FROM unnest(p_input) i
          ORDER BY i.ord
         ON CONFLICT DO NOTHING
         RETURNING t.id
     )
     SELECT coalesce(array_agg(n.id), '{}') INTO v_created FROM inserted n;
+
+    IF v_deps IS NOT NULL THEN
+        INSERT INTO tenure.task_after (task_id, after_id)
+        SELECT DISTINCT i.id, a
+          FROM (SELECT DISTINCT ON (i.id) i.* FROM unnest(p_input) i ORDER BY i.id, i.ord) i, unnest(i.after) a
+         WHERE i.id = ANY (v_created);
+        -- The dependencies that had finished count now: done ones are not waited for, a
+        -- dead or cancelled one makes its new dependents dead.
+        v_due := tenure._task_after_finished(
+            ARRAY(SELECT t.id FROM tenure.task t WHERE t.id = ANY (v_found) AND t.status IN ('done', 'dead', 'cancelled')),
+            v_now, v_created);
+    END IF;
 
     -- Rows this call created are answered from the input. The others are looked up
     -- by index, in a new statement and so a new snapshot: a task that a concurrent
@@ -310,7 +380,7 @@ BEGIN
     RETURN QUERY
     WITH input AS (
         SELECT i.*, row_number() OVER (PARTITION BY i.id ORDER BY i.ord) = 1 AS first_of_id
-          FROM unnest(v_input) i
+          FROM unnest(p_input) i
     ), created AS (
         SELECT c.id FROM unnest(v_created) c(id)
     )
@@ -333,23 +403,28 @@ BEGIN
       ) r
      ORDER BY r.ord;
 
-    PERFORM tenure._task_announce(ARRAY(SELECT i.kind FROM unnest(v_input) i WHERE i.delay = interval '0'), v_now);
+    PERFORM tenure._task_announce(
+        ARRAY(SELECT i.kind FROM unnest(p_input) i WHERE i.delay = interval '0' AND coalesce(cardinality(i.after), 0) = 0)
+        || v_due, v_now);
 END
 $$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue(
     p_kind text, p_data jsonb DEFAULT '{}', p_state text DEFAULT 'new', p_delay interval DEFAULT '0',
-    p_id uuid DEFAULT NULL, p_idempotency_key text DEFAULT NULL, p_max_attempts integer DEFAULT 5
+    p_id uuid DEFAULT NULL, p_idempotency_key text DEFAULT NULL, p_max_attempts integer DEFAULT 5,
+    p_priority integer DEFAULT 0, p_limit_key text DEFAULT NULL, p_after uuid[] DEFAULT NULL
 ) RETURNS SETOF tenure.task_enqueued
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, NULL); END $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue(p_kind, p_data, p_state, p_delay, p_id, p_idempotency_key, p_max_attempts, p_priority, p_limit_key, p_after, NULL); END $$;
 
-COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer) IS
+COMMENT ON FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer, integer, text, uuid[]) IS
 $$Enqueue one task of kind p_kind in state p_state (default 'new') with data p_data, due after p_delay (default now).
 p_id (a uuid chosen by the caller) or p_idempotency_key makes the enqueue idempotent: when a task with that id or key exists, nothing is created and the existing task is returned with created = false.
 A task due now is announced with NOTIFY tenure_task (payload: the kind) while a worker waits for its kind (see task_cycle's p_wait). p_max_attempts (default 5) bounds failed attempts before the task is dead.
-Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, an idempotency key that is empty or over 500 characters, or data larger than max_task_data (tenure.setting, 1 MB unless the schema owner raised it).$$;
+p_priority (default 0): of the due tasks, the higher priority is leased first, then the oldest due. p_limit_key: what the kind's max_running_per_key counts by (a customer id, say).
+p_after: the task runs after these tasks: it is created waiting and becomes due (at p_delay after enqueue at the earliest) once every one of them is done; if one is dead or cancelled, or becomes so, the task becomes dead, last_error naming it.
+Errors: TN001 on an empty kind or state (whitespace alone is empty), a kind or state over 200 characters, a delay outside 0 .. 100 years, max_attempts below 1, an idempotency key that is empty or over 500 characters, a NULL priority, an empty limit key or one over 200 characters, p_after naming a task that does not exist, itself, NULL or over 1000 tasks, or data larger than max_task_data (tenure.setting, 1 MB unless the schema owner raised it).$$;
 
 CREATE OR REPLACE FUNCTION tenure.task_enqueue_many(p_tasks jsonb)
 RETURNS SETOF tenure.task_enqueued
@@ -358,9 +433,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_enqueue_many(p_tasks, NULL, 'task_enqueue_many'); END $$;
 
 COMMENT ON FUNCTION tenure.task_enqueue_many(jsonb) IS
-$$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts.
+$$Enqueue many tasks in one call and one transaction: p_tasks is a JSON array of objects with the keys of task_enqueue: kind (required), data, state, delay (an interval such as '30 seconds'), id, idempotency_key, max_attempts, priority, limit_key, after (an array of task ids: tasks that exist or come earlier in p_tasks).
 Returns one row per input task, in input order, with created = false for those whose id or key already existed.
-Errors: TN001 on more than 10000 tasks, or naming the first bad task (not an object, no kind, negative delay, data larger than max_task_data, ...); nothing is enqueued then.$$;
+Errors: TN001 on more than 10000 tasks, or naming the first bad task (not an object, no kind, negative delay, data larger than max_task_data, after naming a task that does not exist or comes later, ...); nothing is enqueued then.$$;
 
 -- Acquire ---------------------------------------------------------------------------
 
@@ -397,17 +472,20 @@ AS $$
 BEGIN
     PERFORM tenure._task_check_take('task_acquire', p_owner, p_lease, p_limit, 1, p_kinds);
     PERFORM tenure._durable();
-    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now);
+    RETURN QUERY SELECT * FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l WHERE l.id IS NOT NULL;
 END
 $$;
 
--- Lease up to p_limit due tasks to p_owner (arguments already checked).
+-- Lease up to p_limit due tasks to p_owner (arguments already checked). Besides the
+-- leases, one row with a NULL id per rate-limited kind that held back due tasks: its
+-- lease_until is when the rate lets the next lease of that kind through.
 --
 -- Every statement here has one plan for every call (a generic plan): planning them per
 -- call cost a sixth of a busy worker's database time. That is why the due tasks are
 -- found by one of three statements (any kind, one kind by its own index, several kinds)
 -- and leased by a second statement over their ids, instead of one statement whose
--- generic plan cannot see how few rows LIMIT asks for.
+-- generic plan cannot see how few rows LIMIT asks for. Kinds with settings
+-- (tenure.task_kind) are picked by _task_pick instead.
 CREATE OR REPLACE FUNCTION tenure._task_take(
     p_owner uuid, p_lease interval, p_limit integer, p_kinds text[], p_now timestamptz
 ) RETURNS SETOF tenure.task_lease
@@ -418,31 +496,43 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_wanted integer := p_limit;
+    v_controlled text[];
     v_ids uuid[];
+    v_throttled tenure.task_lease[] := '{}'::tenure.task_lease[];
     v_leases tenure.task_lease[];
-    v_died bigint;
+    v_died uuid[];
+    v_leased_at timestamptz;
 BEGIN
+    -- The kinds with settings this call could lease: none in the common case.
+    SELECT array_agg(k.kind ORDER BY k.kind) INTO v_controlled
+      FROM tenure.task_kind k WHERE p_kinds IS NULL OR k.kind = ANY (p_kinds);
     -- SKIP LOCKED skips a task held by a fenced transaction, and the lease times are
     -- read per row after the row lock, so a new lease always begins after every write
     -- fenced by the previous one committed. A leased task is due only once its lease
     -- is past (the holder may still write at next_action itself). Tasks that die here
     -- do not count against p_limit: look again for the rest.
     LOOP
-        IF p_kinds IS NULL THEN
+        IF v_controlled IS NOT NULL THEN
+            SELECT coalesce(array_agg(c.id) FILTER (WHERE c.id IS NOT NULL), '{}'),
+                   coalesce(array_agg((NULL, c.kind, NULL, NULL, NULL, NULL, c.until)::tenure.task_lease)
+                            FILTER (WHERE c.id IS NULL), '{}')
+              INTO v_ids, v_throttled
+              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now) c;
+        ELSIF p_kinds IS NULL THEN
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
                             WHERE t.status = 'pending' AND t.next_action <= v_now
                               AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
         ELSIF cardinality(p_kinds) = 1 THEN
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
                             WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.next_action <= v_now
                               AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
         ELSE
             v_ids := ARRAY(SELECT t.id FROM tenure.task t
                             WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.next_action <= v_now
                               AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
         END IF;
         EXIT WHEN cardinality(v_ids) = 0;
         WITH taken AS (
@@ -459,25 +549,169 @@ BEGIN
                    last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
                                       ELSE format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
                                  END
-              FROM (SELECT x.id, x.owner IS NOT NULL AND x.attempts + 1 >= x.max_attempts AS dies, x.next_action AS due_at
+              FROM (SELECT x.id, x.owner IS NOT NULL AND x.attempts + 1 >= x.max_attempts AS dies,
+                           x.next_action AS due_at, x.priority
                       FROM tenure.task x WHERE x.id = ANY (v_ids)) d
              WHERE t.id = d.id
             RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.status, t.owner, t.leased_at,
-                      d.due_at
+                      d.due_at, d.priority
         ), logged AS (
             INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how, generation)
             SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired', (SELECT tenure._current_generation())  -- once per call
               FROM taken k WHERE k.status = 'pending'
         )
         SELECT coalesce(array_agg((k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action)::tenure.task_lease
-                                  ORDER BY k.due_at) FILTER (WHERE k.status = 'pending'), '{}'),
-               count(*) FILTER (WHERE k.status = 'dead')
-          INTO v_leases, v_died
+                                  ORDER BY k.priority DESC, k.due_at) FILTER (WHERE k.status = 'pending'), '{}'),
+               array_agg(k.id) FILTER (WHERE k.status = 'dead'),
+               max(k.leased_at)
+          INTO v_leases, v_died, v_leased_at
           FROM taken k;
+        IF v_controlled IS NOT NULL THEN
+            -- The rate log of the rate-limited kinds leased (at the latest lease time:
+            -- a lease leaves the window no earlier than it should).
+            INSERT INTO tenure.task_kind_lease (kind, leased_at)
+            SELECT l.kind, v_leased_at FROM unnest(v_leases) l JOIN tenure.task_kind k ON k.kind = l.kind
+             WHERE k.rate IS NOT NULL;
+        END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
+        IF v_died IS NOT NULL THEN
+            PERFORM tenure._task_finished(v_died, '{}', v_now);
+        END IF;
         v_wanted := v_wanted - cardinality(v_leases);
-        EXIT WHEN v_died = 0 OR v_wanted = 0;
+        EXIT WHEN v_died IS NULL OR v_wanted = 0;
     END LOOP;
+    IF v_wanted > 0 THEN
+        RETURN QUERY SELECT * FROM unnest(v_throttled);
+    END IF;
+END
+$$;
+
+-- The due tasks an acquisition of up to p_wanted tasks of p_kinds (NULL: any) may lease
+-- now, some of them of the kinds with settings p_controlled, locked: what the settings
+-- allow, highest priority first, then (for a kind limited per key) the keys in turn,
+-- then the oldest due. Rows with a NULL id: a rate-limited kind that holds back due
+-- tasks, and when its rate lets the next lease through.
+--
+-- The row of each limited kind is locked while its running tasks and recent leases are
+-- counted, and stays locked until the leases commit: acquisitions of one limited kind
+-- take turns, so their counts cannot both miss the other's leases.
+CREATE OR REPLACE FUNCTION tenure._task_pick(p_kinds text[], p_controlled text[], p_wanted integer, p_now timestamptz)
+RETURNS TABLE (id uuid, kind text, until timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_free text[];
+    v_candidates tenure._task_candidate[];
+    k tenure.task_kind;
+    v_cap bigint;
+    v_count bigint;
+    v_keyed tenure._task_candidate[];
+BEGIN
+    -- Kinds without settings, as _task_take would pick them.
+    IF p_kinds IS NULL THEN
+        v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+                                FROM tenure.task t
+                               WHERE t.status = 'pending' AND t.kind <> ALL (p_controlled) AND t.next_action <= p_now
+                                 AND (t.owner IS NULL OR t.next_action < p_now)
+                               ORDER BY t.priority DESC, t.next_action LIMIT p_wanted FOR UPDATE SKIP LOCKED);
+    ELSE
+        v_free := ARRAY(SELECT unnest(p_kinds) EXCEPT SELECT unnest(p_controlled));
+        IF cardinality(v_free) > 0 THEN
+            v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+                                    FROM tenure.task t
+                                   WHERE t.status = 'pending' AND t.kind = ANY (v_free) AND t.next_action <= p_now
+                                     AND (t.owner IS NULL OR t.next_action < p_now)
+                                   ORDER BY t.priority DESC, t.next_action LIMIT p_wanted FOR UPDATE SKIP LOCKED);
+        ELSE
+            v_candidates := '{}';
+        END IF;
+    END IF;
+
+    -- Kinds with settings, one at a time, their rows locked in kind order (no deadlock).
+    FOR k IN SELECT * FROM tenure.task_kind c WHERE c.kind = ANY (p_controlled) AND NOT c.paused
+              ORDER BY c.kind FOR UPDATE
+    LOOP
+        v_cap := p_wanted::bigint;
+        IF k.max_running IS NOT NULL THEN
+            SELECT count(*) INTO v_count FROM tenure.task t
+             WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= p_now;
+            v_cap := least(v_cap, k.max_running - v_count);
+        END IF;
+        IF k.rate IS NOT NULL THEN
+            DELETE FROM tenure.task_kind_lease l WHERE l.kind = k.kind AND l.leased_at <= p_now - k.rate_period;
+            SELECT count(*) INTO v_count FROM tenure.task_kind_lease l
+             WHERE l.kind = k.kind AND l.leased_at > p_now - k.rate_period;
+            IF v_count >= k.rate AND v_cap > 0 AND EXISTS (
+                SELECT FROM tenure.task t WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
+                                            AND (t.owner IS NULL OR t.next_action < p_now)) THEN
+                -- Full: the next lease may come once enough of these leave the window.
+                RETURN QUERY
+                SELECT NULL::uuid, k.kind, l.leased_at + k.rate_period
+                  FROM tenure.task_kind_lease l
+                 WHERE l.kind = k.kind AND l.leased_at > p_now - k.rate_period
+                 ORDER BY l.leased_at
+                OFFSET v_count - k.rate LIMIT 1;
+            END IF;
+            v_cap := least(v_cap, k.rate - v_count);
+        END IF;
+        CONTINUE WHEN v_cap <= 0;
+        IF k.max_running_per_key IS NULL THEN
+            v_candidates := v_candidates || ARRAY(
+                SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
+                   AND (t.owner IS NULL OR t.next_action < p_now)
+                 ORDER BY t.priority DESC, t.next_action LIMIT v_cap FOR UPDATE SKIP LOCKED);
+        ELSE
+            -- Each key with pending tasks (found by skipping through task_key_due) offers
+            -- its due tasks up to what its limit leaves; the keys take turns.
+            WITH RECURSIVE keys (key) AS (
+                (SELECT t.limit_key FROM tenure.task t
+                  WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NOT NULL
+                  ORDER BY t.limit_key LIMIT 1)
+                UNION ALL
+                SELECT (SELECT t.limit_key FROM tenure.task t
+                         WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key > keys.key
+                         ORDER BY t.limit_key LIMIT 1)
+                  FROM keys WHERE keys.key IS NOT NULL
+            ), running AS (
+                SELECT t.limit_key AS key, count(*) AS n FROM tenure.task t
+                 WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= p_now
+                   AND t.limit_key IS NOT NULL
+                 GROUP BY t.limit_key
+            ), offered AS (
+                SELECT x.* FROM keys LEFT JOIN running r ON r.key = keys.key
+                 CROSS JOIN LATERAL (
+                     SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action) AS rank,
+                            t.next_action
+                       FROM tenure.task t
+                      WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key = keys.key
+                        AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
+                      ORDER BY t.priority DESC, t.next_action
+                      LIMIT greatest(k.max_running_per_key - coalesce(r.n, 0), 0)) x
+                 WHERE keys.key IS NOT NULL
+                UNION ALL
+                SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), t.next_action
+                  FROM (SELECT t.* FROM tenure.task t
+                         WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NULL
+                           AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
+                         ORDER BY t.priority DESC, t.next_action LIMIT v_cap) t
+            )
+            SELECT array_agg((o.id, o.priority, o.rank, o.next_action)::tenure._task_candidate) INTO v_keyed
+              FROM (SELECT * FROM offered o ORDER BY o.priority DESC, o.rank, o.next_action LIMIT v_cap) o;
+            v_candidates := v_candidates || ARRAY(
+                SELECT o FROM unnest(v_keyed) o
+                  JOIN LATERAL (SELECT FROM tenure.task t
+                                 WHERE t.id = o.id AND t.status = 'pending' AND t.next_action <= p_now
+                                   AND (t.owner IS NULL OR t.next_action < p_now)
+                                   FOR UPDATE SKIP LOCKED) t ON true);
+        END IF;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT c.id, NULL::text, NULL::timestamptz FROM unnest(v_candidates) c
+     ORDER BY c.priority DESC, c.rank, c.next_action
+     LIMIT p_wanted;
 END
 $$;
 
@@ -616,6 +850,7 @@ BEGIN
     IF p_delay = interval '0' THEN
         PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
     END IF;
+    PERFORM tenure._task_finished(NULL, ARRAY[v_kind], v_now);
     RETURN v_due;
 END
 $$;
@@ -641,6 +876,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_kind text;
 BEGIN
     PERFORM tenure._check_holder('task_complete', p_id, p_owner, p_epoch);
     PERFORM tenure._check_name('task_complete', 'p_state', p_state);
@@ -652,10 +888,12 @@ BEGIN
        SET status = 'done', state = p_state, data = coalesce(p_data, t.data), owner = NULL, leased_at = NULL,
            next_action = NULL, finished_at = v_now, last_change = v_now, last_action = v_now
      WHERE t.id = p_id AND t.owner = p_owner AND t.epoch = p_epoch AND t.status = 'pending'
-       AND t.next_action >= v_now;
+       AND t.next_action >= v_now
+    RETURNING t.kind INTO v_kind;
     IF NOT FOUND THEN
         PERFORM tenure._task_refuse('task_complete', p_id, p_owner, p_epoch, v_now);
     END IF;
+    PERFORM tenure._task_finished(ARRAY[p_id], ARRAY[v_kind], v_now);
     RETURN v_now;
 END
 $$;
@@ -715,6 +953,7 @@ BEGIN
     IF v_task.next_action = v_now THEN
         PERFORM tenure._task_announce(ARRAY[v_task.kind], v_now);
     END IF;
+    PERFORM tenure._task_finished(CASE WHEN v_task.status = 'dead' THEN ARRAY[p_id] END, ARRAY[v_task.kind], v_now);
     RETURN v_task.next_action;
 END
 $$;
@@ -834,6 +1073,9 @@ DECLARE
     v_outcomes tenure._task_outcome[];
     v_applied tenure.task_cycled[];
     v_wake text[];
+    v_finished uuid[];
+    v_ended text[];
+    v_taken tenure.task_lease[];
     v_leased integer;
     v_second integer;
 BEGIN
@@ -932,13 +1174,18 @@ BEGIN
           FROM o
          WHERE t.id = o.id AND t.owner = p_owner AND t.epoch = o.epoch AND t.status = 'pending'
            AND t.next_action >= v_now
-        RETURNING o.ord, t.id, t.epoch, o.outcome, t.kind, t.state, t.attempts, t.next_action, t.owner
+        RETURNING o.ord, t.id, t.epoch, o.outcome, t.kind, t.state, t.attempts, t.next_action, t.owner, t.status
     )
     SELECT coalesce(array_agg((a.id, a.epoch, a.outcome, NULL, a.kind, a.state, NULL, a.attempts, a.next_action)
                               ::tenure.task_cycled ORDER BY a.ord), '{}'),
-           array_agg(DISTINCT a.kind) FILTER (WHERE a.owner IS NULL AND a.next_action = v_now)
-      INTO v_applied, v_wake
+           array_agg(DISTINCT a.kind) FILTER (WHERE a.owner IS NULL AND a.next_action = v_now),
+           array_agg(a.id) FILTER (WHERE a.status <> 'pending'),
+           array_agg(DISTINCT a.kind) FILTER (WHERE a.outcome <> 'extend')
+      INTO v_applied, v_wake, v_finished, v_ended
       FROM applied a;
+    IF v_ended IS NOT NULL THEN
+        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
+    END IF;
 
     IF cardinality(v_applied) = v_count THEN
         RETURN QUERY SELECT * FROM unnest(v_applied);
@@ -958,17 +1205,22 @@ BEGIN
     END IF;
 
     IF p_limit > 0 THEN
+        -- A row with a NULL id is a rate-limited kind held back (_task_take): outcome throttled.
+        v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l);
         RETURN QUERY
-        SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
-          FROM tenure._task_take(p_owner, p_lease, p_limit, p_kinds, p_now) l;
-        GET DIAGNOSTICS v_leased = ROW_COUNT;
+        SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state, l.data,
+               l.attempts, l.lease_until
+          FROM unnest(v_taken) l;
+        v_leased := cardinality(array_remove(ARRAY(SELECT l.id FROM unnest(v_taken) l), NULL));
         IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);
+            v_taken := ARRAY(SELECT l FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l);
             RETURN QUERY
-            SELECT l.id, l.epoch, 'lease', NULL, l.kind, l.state, l.data, l.attempts, l.lease_until
-              FROM tenure._task_take(p_owner, p_lease, p_limit - v_leased, p_kinds, p_now) l;
-            GET DIAGNOSTICS v_second = ROW_COUNT;
+            SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state,
+                   l.data, l.attempts, l.lease_until
+              FROM unnest(v_taken) l;
+            v_second := cardinality(array_remove(ARRAY(SELECT l.id FROM unnest(v_taken) l), NULL));
             v_leased := v_leased + v_second;
         END IF;
         IF p_wait IS NOT NULL AND v_leased = p_limit THEN
@@ -995,6 +1247,260 @@ p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is compl
 With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
 Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
 Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
+
+-- Controls: what follows a task's end, cancelling, priorities, settings per kind ---------
+
+-- The dependents of tasks p_ids that just finished (or, enqueueing, had finished): a
+-- done one is no longer waited for, and a dependent waiting for nothing else becomes
+-- due; a dead or cancelled one makes its waiting dependents dead, and theirs in turn.
+-- p_only: consider only these dependents (new ones). Returns the kinds of the tasks
+-- that became due now.
+--
+-- A dependent's row is updated once per finishing statement, and a concurrent one
+-- waits for the row lock and then counts down from the committed value: two
+-- dependencies finishing at once both count.
+CREATE OR REPLACE FUNCTION tenure._task_after_finished(p_ids uuid[], p_now timestamptz, p_only uuid[] DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids uuid[] := p_ids;
+    v_only uuid[] := p_only;
+    v_due text[];
+BEGIN
+    WITH done AS (
+        SELECT a.task_id, count(*) AS n
+          FROM tenure.task_after a JOIN tenure.task f ON f.id = a.after_id
+         WHERE a.after_id = ANY (v_ids) AND f.status = 'done' AND (v_only IS NULL OR a.task_id = ANY (v_only))
+         GROUP BY a.task_id
+    ), freed AS (
+        UPDATE tenure.task AS d
+           SET after_left  = d.after_left - done.n,
+               status      = CASE WHEN d.after_left = done.n THEN 'pending' ELSE 'waiting' END,
+               next_action = CASE WHEN d.after_left = done.n THEN greatest(d.next_action, p_now) ELSE d.next_action END,
+               last_action = p_now
+          FROM done
+         WHERE d.id = done.task_id AND d.status = 'waiting'
+        RETURNING d.kind, d.status, d.next_action
+    )
+    SELECT coalesce(array_agg(DISTINCT f.kind) FILTER (WHERE f.status = 'pending' AND f.next_action <= p_now), '{}')
+      INTO v_due FROM freed f;
+
+    LOOP
+        WITH doomed AS (
+            SELECT DISTINCT ON (a.task_id) a.task_id, a.after_id, f.status
+              FROM tenure.task_after a JOIN tenure.task f ON f.id = a.after_id
+             WHERE a.after_id = ANY (v_ids) AND f.status IN ('dead', 'cancelled')
+               AND (v_only IS NULL OR a.task_id = ANY (v_only))
+             ORDER BY a.task_id, a.after_id
+        ), died AS (
+            UPDATE tenure.task AS d
+               SET status = 'dead', next_action = NULL, finished_at = p_now, last_action = p_now,
+                   last_error = format('runs after task %s, which is %s', doomed.after_id, doomed.status)
+              FROM doomed
+             WHERE d.id = doomed.task_id AND d.status = 'waiting'
+            RETURNING d.id
+        )
+        SELECT array_agg(died.id) INTO v_ids FROM died;
+        EXIT WHEN v_ids IS NULL;
+        v_only := NULL;  -- the dependents of the new dead ones are all concerned
+    END LOOP;
+    RETURN v_due;
+END
+$$;
+
+-- After tasks p_ids finished or leases of kinds p_kinds ended: the tasks that run after
+-- them (_task_after_finished), and a word to the workers waiting for the kinds whose
+-- concurrency limit a task left.
+CREATE OR REPLACE FUNCTION tenure._task_finished(p_ids uuid[], p_kinds text[], p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_kinds text[] := '{}'::text[];
+BEGIN
+    IF cardinality(p_ids) > 0 AND EXISTS (SELECT FROM tenure.task_after a WHERE a.after_id = ANY (p_ids)) THEN
+        v_kinds := tenure._task_after_finished(p_ids, p_now);
+    END IF;
+    IF cardinality(p_kinds) > 0 THEN
+        v_kinds := v_kinds || ARRAY(SELECT k.kind FROM tenure.task_kind k
+                                     WHERE k.kind = ANY (p_kinds) AND NOT k.paused
+                                       AND (k.max_running IS NOT NULL OR k.max_running_per_key IS NOT NULL));
+    END IF;
+    IF cardinality(v_kinds) > 0 THEN
+        PERFORM tenure._task_announce(v_kinds, p_now);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_cancel(p_id uuid, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task tenure.task;
+    v_now timestamptz;
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_cancel', 'p_id', 'must not be NULL', NULL, 'Pass the id of the task to cancel.');
+    END IF;
+    -- Wait for a write the holder fenced (task_fence keeps a key-share lock), then read the clock.
+    PERFORM tenure._durable();
+    SELECT * INTO v_task FROM tenure.task WHERE id = p_id FOR UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF NOT FOUND THEN
+        PERFORM tenure._task_refuse('task_cancel', p_id, NULL, 1, v_now);
+    END IF;
+    IF v_task.status NOT IN ('pending', 'waiting') THEN
+        RETURN false;
+    END IF;
+    UPDATE tenure.task AS t
+       SET status = 'cancelled', owner = NULL, leased_at = NULL, next_action = NULL, finished_at = v_now,
+           last_action = v_now
+     WHERE t.id = p_id;
+    PERFORM tenure._task_finished(ARRAY[p_id], CASE WHEN v_task.owner IS NOT NULL THEN ARRAY[v_task.kind] END, v_now);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_cancel(p_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_cancel(p_id, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_cancel(uuid) IS
+$$Cancel task p_id: a pending or waiting task never runs; a leased one ends its lease at once, so its holder's outcome and every write it fences are refused with TN102. Waits for a write the holder fenced to commit first. Its status becomes cancelled (finished_at set; pruned and purged like a done task); tasks that run after it become dead.
+Returns true if it was pending or waiting and is cancelled now, false if it had already finished (nothing changes).
+Errors: TN001 on a NULL p_id; TN201 for an unknown task.$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_set_priority(p_id uuid, p_priority integer, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL THEN
+        PERFORM tenure._invalid_argument('task_set_priority', 'p_id', 'must not be NULL', NULL, 'Pass the id of the task.');
+    END IF;
+    IF p_priority IS NULL THEN
+        PERFORM tenure._invalid_argument('task_set_priority', 'p_priority', 'must not be NULL', NULL,
+            'Pass an integer: higher is leased first; the default is 0.');
+    END IF;
+    PERFORM tenure._durable();
+    UPDATE tenure.task AS t SET priority = p_priority, last_action = coalesce(p_now, clock_timestamp())
+     WHERE t.id = p_id AND t.status IN ('pending', 'waiting');
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT FROM tenure.task WHERE id = p_id) THEN
+        PERFORM tenure._task_refuse('task_set_priority', p_id, NULL, 1, p_now);
+    END IF;
+    RETURN false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_set_priority(p_id uuid, p_priority integer)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN tenure._task_set_priority(p_id, p_priority, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_set_priority(uuid, integer) IS
+$$Change the priority of task p_id while it is pending or waiting (a leased one keeps its lease; the priority counts for its next acquisition). Of the due tasks, the higher priority is leased first.
+Returns true if it was pending or waiting, false if it had finished (nothing changes).
+Errors: TN001 on a NULL argument; TN201 for an unknown task.$$;
+
+-- One limit of task_kind_set: NULL (leave), 0 (remove) or 1 .. p_most.
+CREATE OR REPLACE FUNCTION tenure._check_limit(p_argument text, p_value integer, p_most integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value < 0 OR p_value > p_most THEN
+        PERFORM tenure._invalid_argument('task_kind_set', p_argument, format('must be from 0 to %s', p_most),
+            p_value::text, format('Pass NULL to leave it as it is, 0 to remove the limit, or 1 .. %s.', p_most));
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure._task_kind_set(
+    p_kind text, p_paused boolean, p_max_running integer, p_max_running_per_key integer, p_rate integer,
+    p_rate_period interval, p_now timestamptz
+) RETURNS SETOF tenure.task_kinds
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_row tenure.task_kind;
+BEGIN
+    PERFORM tenure._check_name('task_kind_set', 'p_kind', p_kind);
+    PERFORM tenure._check_limit('p_max_running', p_max_running, 1000000);
+    PERFORM tenure._check_limit('p_max_running_per_key', p_max_running_per_key, 1000000);
+    PERFORM tenure._check_limit('p_rate', p_rate, 100000);
+    IF p_rate_period <= interval '0' OR p_rate_period > interval '1 day' THEN
+        PERFORM tenure._invalid_argument('task_kind_set', 'p_rate_period', 'must be more than 0 and at most 1 day',
+            p_rate_period::text, 'Pass the window of the rate limit, such as ''1 second'' or ''1 minute''.');
+    END IF;
+    PERFORM tenure._durable();
+    SELECT * INTO v_row FROM tenure.task_kind k WHERE k.kind = p_kind FOR UPDATE;
+    IF p_rate > 0 AND p_rate_period IS NULL AND v_row.rate_period IS NULL THEN
+        PERFORM tenure._invalid_argument('task_kind_set', 'p_rate_period', 'must be given with the first rate',
+            NULL, 'Pass the window of the rate limit, such as p_rate => 10, p_rate_period => ''1 second''.');
+    END IF;
+    INSERT INTO tenure.task_kind AS k (kind, paused, max_running, max_running_per_key, rate, rate_period, changed_at)
+    VALUES (p_kind, coalesce(p_paused, false), nullif(p_max_running, 0), nullif(p_max_running_per_key, 0),
+            nullif(p_rate, 0), p_rate_period, v_now)
+    ON CONFLICT (kind) DO UPDATE
+       SET paused              = coalesce(p_paused, k.paused),
+           max_running         = CASE WHEN p_max_running IS NULL THEN k.max_running ELSE nullif(p_max_running, 0) END,
+           max_running_per_key = CASE WHEN p_max_running_per_key IS NULL THEN k.max_running_per_key
+                                      ELSE nullif(p_max_running_per_key, 0) END,
+           rate                = CASE WHEN p_rate IS NULL THEN k.rate ELSE nullif(p_rate, 0) END,
+           rate_period         = coalesce(p_rate_period, k.rate_period),
+           changed_at          = v_now
+    RETURNING k.* INTO v_row;
+    IF NOT v_row.paused AND v_row.max_running IS NULL AND v_row.max_running_per_key IS NULL AND v_row.rate IS NULL THEN
+        DELETE FROM tenure.task_kind k WHERE k.kind = p_kind;  -- no setting left (the rate log goes with it)
+    END IF;
+    -- A kind resumed, or with room for more perhaps: wake the workers waiting for it.
+    IF NOT v_row.paused AND (p_paused IS NOT NULL OR p_max_running IS NOT NULL OR p_max_running_per_key IS NOT NULL
+                             OR p_rate IS NOT NULL) THEN
+        PERFORM tenure._task_announce(ARRAY[p_kind], v_now);
+    END IF;
+    RETURN QUERY SELECT * FROM tenure.task_kinds k WHERE k.kind = p_kind;
+    IF NOT FOUND THEN
+        RETURN QUERY
+        SELECT p_kind, false, NULL::integer, NULL::integer, NULL::integer, NULL::interval,
+               (SELECT count(*) FROM tenure.task t
+                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= now()),
+               (SELECT count(*) FROM tenure.task t
+                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.next_action <= now()
+                   AND (t.owner IS NULL OR t.next_action < now())),
+               NULL::bigint, v_now;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION tenure.task_kind_set(
+    p_kind text, p_paused boolean DEFAULT NULL, p_max_running integer DEFAULT NULL,
+    p_max_running_per_key integer DEFAULT NULL, p_rate integer DEFAULT NULL, p_rate_period interval DEFAULT NULL
+) RETURNS SETOF tenure.task_kinds
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_kind_set(p_kind, p_paused, p_max_running, p_max_running_per_key, p_rate, p_rate_period, NULL); END $$;
+
+COMMENT ON FUNCTION tenure.task_kind_set(text, boolean, integer, integer, integer, interval) IS
+$$Change the settings of kind p_kind; each argument left NULL leaves its setting as it is, and 0 removes a limit.
+p_paused: true pauses the kind (nothing of it is leased; leased tasks run on), false resumes it. p_max_running: at most this many tasks of the kind leased at once, across every worker. p_max_running_per_key: at most this many leased at once that share a limit_key (tasks without one count only against p_max_running); keys with due tasks take turns. p_rate per p_rate_period: at most this many leases of the kind in any window of that length (task_cycle tells a worker held back when the next lease may come). A setting applies to acquisitions that begin after it commits; leases granted before run on. Waiting workers are woken when a kind is resumed or its limits change.
+Returns the kind's row of tenure.task_kinds after the change (all NULL and not paused once every setting is removed: the kind then leaves the view).
+Errors: TN001 on a NULL, blank or over 200 characters kind, a negative limit, limits over 1000000, a rate over 100000, a period not more than 0 or over 1 day, or a first rate without a period; nothing changes then.$$;
 
 -- Taking over, requeueing and cleaning up --------------------------------------------
 
@@ -1061,7 +1567,7 @@ BEGIN
     PERFORM tenure._durable();
     UPDATE tenure.task AS t
        SET status = 'pending', attempts = 0, next_action = v_now + p_delay, finished_at = NULL,
-           last_action = v_now
+           after_left = 0, last_action = v_now
      WHERE t.id = p_id AND t.status = 'dead'
     RETURNING t.kind INTO v_kind;
     IF NOT FOUND THEN
@@ -1104,7 +1610,7 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     DELETE FROM tenure.task AS t
-     WHERE t.status IN ('done', CASE WHEN p_include_dead THEN 'dead' END)
+     WHERE t.status IN ('done', 'cancelled', CASE WHEN p_include_dead THEN 'dead' END)
        AND t.finished_at < v_now - p_older_than;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -1165,7 +1671,10 @@ Returns how many tasks were deleted.
 Errors: TN001 on a NULL, negative or over 100 years p_older_than, or p_limit outside 1 to 1000000.$$;
 
 GRANT EXECUTE ON FUNCTION
-    tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer),
+    tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer, integer, text, uuid[]),
+    tenure.task_cancel(uuid),
+    tenure.task_set_priority(uuid, integer),
+    tenure.task_kind_set(text, boolean, integer, integer, integer, interval),
     tenure.task_enqueue_many(jsonb),
     tenure.task_acquire(uuid, interval, integer, text[]),
     tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval),

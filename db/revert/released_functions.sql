@@ -3,6 +3,21 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- Functions that came after v0.2.0 with the task controls (task_enqueue has more arguments).
+DROP FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer, integer, text, uuid[]);
+DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, integer, text, uuid[], timestamptz);
+DROP FUNCTION tenure._task_insert(text, tenure._task_input[], timestamptz);
+DROP FUNCTION tenure._task_pick(text[], text[], integer, timestamptz);
+DROP FUNCTION tenure._task_after_finished(uuid[], timestamptz, uuid[]);
+DROP FUNCTION tenure._task_finished(uuid[], text[], timestamptz);
+DROP FUNCTION tenure.task_cancel(uuid);
+DROP FUNCTION tenure._task_cancel(uuid, timestamptz);
+DROP FUNCTION tenure.task_set_priority(uuid, integer);
+DROP FUNCTION tenure._task_set_priority(uuid, integer, timestamptz);
+DROP FUNCTION tenure.task_kind_set(text, boolean, integer, integer, integer, interval);
+DROP FUNCTION tenure._task_kind_set(text, boolean, integer, integer, integer, interval, timestamptz);
+DROP FUNCTION tenure._check_limit(text, integer, integer);
+
 \ir ../procedures/errors@v0.2.0.sql
 \ir ../procedures/heartbeat@v0.2.0.sql
 \ir ../procedures/tasks@v0.2.0.sql

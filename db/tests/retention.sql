@@ -37,7 +37,7 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_lease tenure.task_lease;
 BEGIN
-    PERFORM tenure._task_enqueue(p_kind, '{}', 'new', '0', p_id, p_key, p_max, timestamptz '2001-01-01 00:00Z');
+    PERFORM tenure._task_enqueue(p_kind, '{}', 'new', '0', p_id, p_key, p_max, 0, NULL, NULL, timestamptz '2001-01-01 00:00Z');
     SELECT * INTO v_lease FROM tenure._task_acquire('00000000-0000-0000-0000-00000000000a', '1 day', 1,
                                                     ARRAY[p_kind], timestamptz '2001-01-01 00:00Z');
     IF p_dead THEN
@@ -50,7 +50,7 @@ SELECT pg_temp.finish('00000000-0000-0000-0000-000000000101', 'r.t1', 'r.k1', 5,
 SELECT pg_temp.finish('00000000-0000-0000-0000-000000000102', 'r.t2', NULL, 1, true, '2001-01-01 02:00Z');
 SELECT pg_temp.finish('00000000-0000-0000-0000-000000000103', 'r.t3', NULL, 5, false, NULL);
 SELECT pg_temp.finish('00000000-0000-0000-0000-000000000104', 'r.t4', NULL, 5, false, '2001-01-01 03:00Z');
-SELECT tenure._task_enqueue('r.t5', '{}', 'new', '0', '00000000-0000-0000-0000-000000000105', NULL, 5,
+SELECT tenure._task_enqueue('r.t5', '{}', 'new', '0', '00000000-0000-0000-0000-000000000105', NULL, 5, 0, NULL, NULL,
                             '2001-01-01 00:00Z');
 SELECT is((SELECT array_agg(status ORDER BY id) FROM tenure.task WHERE kind LIKE 'r.t%'),
           ARRAY['done', 'dead', 'pending', 'done', 'pending'], 'tasks: the set-up has two done, one dead, two pending');
@@ -59,7 +59,7 @@ SELECT is((SELECT count(*) FROM tenure.task_lease_log WHERE task_id = '00000000-
 
 SELECT is(tenure._task_prune('1 day', 10000, '2001-01-02 00:59Z'), 0::bigint,
           'tasks: nothing finished more than the age ago, nothing pruned');
-SELECT is((SELECT created FROM tenure._task_enqueue('r.t1', '{}', 'new', '0', NULL, 'r.k1', 5, '2001-01-02 00:59Z')),
+SELECT is((SELECT created FROM tenure._task_enqueue('r.t1', '{}', 'new', '0', NULL, 'r.k1', 5, 0, NULL, NULL, '2001-01-02 00:59Z')),
           false, 'tasks: within the window, the idempotency key still de-duplicates');
 SELECT is(tenure._task_prune('1 day', 1, '2001-01-10 00:00Z'), 1::bigint, 'tasks: p_limit 1 prunes one task');
 SELECT ok(NOT EXISTS (SELECT FROM tenure.task WHERE id = '00000000-0000-0000-0000-000000000101'),
@@ -74,10 +74,10 @@ SELECT is((SELECT count(*) FROM tenure.task_lease_log WHERE task_id = '00000000-
           'tasks: a pending task keeps its lease log');
 SELECT is(tenure._task_prune('0', 10000, '2001-01-10 00:00Z'), 0::bigint, 'tasks: nothing left to prune');
 SELECT is((SELECT row(created, id <> '00000000-0000-0000-0000-000000000101')::text
-             FROM tenure._task_enqueue('r.t1', '{}', 'new', '0', NULL, 'r.k1', 5, '2001-01-10 00:00Z')),
+             FROM tenure._task_enqueue('r.t1', '{}', 'new', '0', NULL, 'r.k1', 5, 0, NULL, NULL, '2001-01-10 00:00Z')),
           '(t,t)', 'tasks: after the window, the same idempotency key creates a new task (documented)');
 SELECT is((SELECT created FROM tenure._task_enqueue('r.t1', '{}', 'new', '0', '00000000-0000-0000-0000-000000000102',
-                                                     NULL, 5, '2001-01-10 00:00Z')),
+                                                     NULL, 5, 0, NULL, NULL, '2001-01-10 00:00Z')),
           true, 'tasks: and a pruned task id can be enqueued again (documented)');
 
 -- Heartbeat -----------------------------------------------------------------------

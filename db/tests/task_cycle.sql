@@ -30,7 +30,7 @@ SELECT function_returns('tenure', 'task_cycle', ARRAY['uuid', 'interval', 'integ
 
 -- Tasks 701-708 and their twins 801-808; 707 and 807 die at their first failure.
 SELECT tenure._task_enqueue('cyc', '{"n": 1}', 'new', '0', format('00000000-0000-0000-0000-000000000%s', n)::uuid,
-                            NULL, CASE WHEN n IN (707, 807) THEN 1 ELSE 5 END, '2001-01-01 00:00:00+00')
+                            NULL, CASE WHEN n IN (707, 807) THEN 1 ELSE 5 END, 0, NULL, NULL, '2001-01-01 00:00:00+00')
   FROM generate_series(701, 708) n0, LATERAL (VALUES (n0), (n0 + 100)) v(n);
 
 -- Leasing ---------------------------------------------------------------------------
@@ -92,7 +92,7 @@ SELECT results_eq(
 
 -- Fencing: each outcome on its own --------------------------------------------------------
 SELECT tenure._task_enqueue('cyc', '{}', 'new', '0', format('00000000-0000-0000-0000-000000000%s', n)::uuid,
-                            NULL, 5, '2001-01-01 00:00:00+00')
+                            NULL, 5, 0, NULL, NULL, '2001-01-01 00:00:00+00')
   FROM generate_series(901, 903) n;
 SELECT tenure._task_acquire('00000000-0000-0000-0000-00000000000a', '30 s', 3, ARRAY['cyc'], '2001-01-01 00:00:40+00');
 SELECT tenure._task_eject('00000000-0000-0000-0000-000000000902', '00000000-0000-0000-0000-00000000000b', '30 s',

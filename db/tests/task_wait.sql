@@ -43,7 +43,7 @@ SELECT is(pg_temp.announced(ARRAY['push'], '2001-01-01 00:00:30+00'), ARRAY['pus
 SELECT is(pg_temp.announced('{}', '2001-01-01 00:00:30+00'), '{}', 'no kind, no announcement');
 
 -- Ending the registration ----------------------------------------------------------------
-SELECT tenure._task_enqueue('mail', '{}', 'new', '0', NULL, NULL, 5, '2001-01-01 00:00:30+00')
+SELECT tenure._task_enqueue('mail', '{}', 'new', '0', NULL, NULL, 5, 0, NULL, NULL, '2001-01-01 00:00:30+00')
   FROM generate_series(1, 3);
 SELECT is((SELECT count(*)::int FROM pg_temp.cycle('0b', 2, NULL, '1 min', '2001-01-01 00:00:31+00')), 2,
     'a cycle that fills every slot...');

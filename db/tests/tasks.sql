@@ -26,8 +26,8 @@ END
 $$;
 
 -- Signatures -------------------------------------------------------------------
-SELECT has_function('tenure', 'task_enqueue', ARRAY['text', 'jsonb', 'text', 'interval', 'uuid', 'text', 'integer']);
-SELECT function_returns('tenure', 'task_enqueue', ARRAY['text', 'jsonb', 'text', 'interval', 'uuid', 'text', 'integer'],
+SELECT has_function('tenure', 'task_enqueue', ARRAY['text', 'jsonb', 'text', 'interval', 'uuid', 'text', 'integer', 'integer', 'text', 'uuid[]']);
+SELECT function_returns('tenure', 'task_enqueue', ARRAY['text', 'jsonb', 'text', 'interval', 'uuid', 'text', 'integer', 'integer', 'text', 'uuid[]'],
     'setof tenure.task_enqueued');
 SELECT has_function('tenure', 'task_enqueue_many', ARRAY['jsonb']);
 SELECT function_returns('tenure', 'task_enqueue_many', ARRAY['jsonb'], 'setof tenure.task_enqueued');
@@ -59,7 +59,7 @@ SELECT has_view('tenure', 'tasks', 'operator view tasks exists');
 SELECT has_view('tenure', 'task_status', 'operator view task_status exists');
 SELECT columns_are('tenure', 'tasks', ARRAY['id', 'kind', 'state', 'status', 'owner', 'epoch', 'data', 'attempts',
     'max_attempts', 'last_error', 'idempotency_key', 'created_at', 'last_change', 'last_action', 'next_action',
-    'leased_at', 'finished_at', 'leased', 'due']);
+    'leased_at', 'finished_at', 'leased', 'due', 'priority', 'limit_key', 'after_left']);
 
 -- Enqueue (E = 2000-06-01 00:00:00) ----------------------------------------------------
 SELECT results_eq(
@@ -75,7 +75,7 @@ SELECT results_eq(
     'defaults: state new, data {}, pending, unowned, epoch 0, 5 attempts, due now by the server clock');
 SELECT results_eq(
     $$SELECT * FROM tenure._task_enqueue('later', '{"x": 1}', 'fresh', '90 s', '00000000-0000-0000-0000-000000000102',
-                                         NULL, 3, '2000-06-01 00:00:00+00')$$,
+                                         NULL, 3, 0, NULL, NULL, '2000-06-01 00:00:00+00')$$,
     $$VALUES ('00000000-0000-0000-0000-000000000102'::uuid, 'later', true, '2000-06-01 00:01:30+00'::timestamptz)$$,
     'a task enqueued with a delay is due after the delay');
 SELECT results_eq(
@@ -86,7 +86,7 @@ SELECT results_eq(
     'the task keeps the given state, data and max_attempts, created at the given time');
 SELECT results_eq(
     $$SELECT * FROM tenure._task_enqueue('other', '{"x": 2}', 'new', '0', '00000000-0000-0000-0000-000000000102',
-                                         NULL, 5, '2000-06-01 00:00:01+00')$$,
+                                         NULL, 5, 0, NULL, NULL, '2000-06-01 00:00:01+00')$$,
     $$VALUES ('00000000-0000-0000-0000-000000000102'::uuid, 'later', false, '2000-06-01 00:01:30+00'::timestamptz)$$,
     'enqueueing a caller-given id again creates nothing and returns the existing task with created = false');
 SELECT results_eq(
@@ -94,13 +94,13 @@ SELECT results_eq(
     $$VALUES (1::bigint, 'later', 'fresh', '{"x": 1}')$$,
     'one row for that id, unchanged');
 SELECT results_eq(
-    $$SELECT kind, created, next_action FROM tenure._task_enqueue('keyed', '{"n": 1}', 'new', '0', NULL, 'order-42', 5,
+    $$SELECT kind, created, next_action FROM tenure._task_enqueue('keyed', '{"n": 1}', 'new', '0', NULL, 'order-42', 5, 0, NULL, NULL,
                                                                '2000-06-01 00:00:00+00')$$,
     $$VALUES ('keyed', true, '2000-06-01 00:00:00+00'::timestamptz)$$,
     'an enqueue with an idempotency key creates the task');
 SELECT results_eq(
     $$SELECT id, created FROM tenure._task_enqueue('keyed', '{"n": 2}', 'new', '0', '00000000-0000-0000-0000-000000000103',
-                                                 'order-42', 5, '2000-06-01 00:00:01+00')$$,
+                                                 'order-42', 5, 0, NULL, NULL, '2000-06-01 00:00:01+00')$$,
     $$SELECT id, false FROM tenure.task WHERE idempotency_key = 'order-42'$$,
     'the same key again returns the existing task with created = false, whatever id is given');
 SELECT results_eq(
@@ -154,11 +154,11 @@ SELECT results_eq(
 -- Acquire (A = 2000-01-01 00:00:00) -----------------------------------------------------
 DO $$
 BEGIN
-    PERFORM tenure._task_enqueue('acq', '{"n": 201}', 'new', '0', '00000000-0000-0000-0000-000000000201', NULL, 5, '1999-12-31 23:59:50+00');
-    PERFORM tenure._task_enqueue('acq', '{"n": 202}', 'new', '0', '00000000-0000-0000-0000-000000000202', NULL, 5, '1999-12-31 23:59:55+00');
-    PERFORM tenure._task_enqueue('acq', '{"n": 203}', 'new', '0', '00000000-0000-0000-0000-000000000203', NULL, 5, '2000-01-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('acq', '{"n": 204}', 'new', '5 s', '00000000-0000-0000-0000-000000000204', NULL, 5, '2000-01-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('other', '{"n": 205}', 'new', '0', '00000000-0000-0000-0000-000000000205', NULL, 5, '1999-12-31 23:59:40+00');
+    PERFORM tenure._task_enqueue('acq', '{"n": 201}', 'new', '0', '00000000-0000-0000-0000-000000000201', NULL, 5, 0, NULL, NULL, '1999-12-31 23:59:50+00');
+    PERFORM tenure._task_enqueue('acq', '{"n": 202}', 'new', '0', '00000000-0000-0000-0000-000000000202', NULL, 5, 0, NULL, NULL, '1999-12-31 23:59:55+00');
+    PERFORM tenure._task_enqueue('acq', '{"n": 203}', 'new', '0', '00000000-0000-0000-0000-000000000203', NULL, 5, 0, NULL, NULL, '2000-01-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('acq', '{"n": 204}', 'new', '5 s', '00000000-0000-0000-0000-000000000204', NULL, 5, 0, NULL, NULL, '2000-01-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('other', '{"n": 205}', 'new', '0', '00000000-0000-0000-0000-000000000205', NULL, 5, 0, NULL, NULL, '1999-12-31 23:59:40+00');
 END
 $$;
 SELECT results_eq(
@@ -233,8 +233,8 @@ SELECT results_eq(
 -- Past max_attempts an expired task dies instead of being leased.
 DO $$
 BEGIN
-    PERFORM tenure._task_enqueue('fragile', '{}', 'new', '0', '00000000-0000-0000-0000-000000000207', NULL, 2, '2000-01-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('fragile', '{}', 'new', '20.000002 s', '00000000-0000-0000-0000-000000000208', NULL, 5, '2000-01-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('fragile', '{}', 'new', '0', '00000000-0000-0000-0000-000000000207', NULL, 2, 0, NULL, NULL, '2000-01-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('fragile', '{}', 'new', '20.000002 s', '00000000-0000-0000-0000-000000000208', NULL, 5, 0, NULL, NULL, '2000-01-01 00:00:00+00');
 END
 $$;
 SELECT results_eq(
@@ -269,13 +269,13 @@ SELECT results_eq(
 -- Holder writes (H = 2000-02-01 00:00:00) -------------------------------------------------
 DO $$
 BEGIN
-    PERFORM tenure._task_enqueue('hold', '{"h": 1}', 'new', '0', '00000000-0000-0000-0000-000000000301', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('upd', '{"k": 1}', 'step1', '0', '00000000-0000-0000-0000-000000000302', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('cmp', '{}', 'new', '0', '00000000-0000-0000-0000-000000000303', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('rel', '{}', 'new', '0', '00000000-0000-0000-0000-000000000304', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('flaky', '{}', 'new', '0', '00000000-0000-0000-0000-000000000305', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('ej', '{"e": 1}', 'new', '0', '00000000-0000-0000-0000-000000000306', NULL, 5, '2000-02-01 00:00:00+00');
-    PERFORM tenure._task_enqueue('fen', '{}', 'new', '0', '00000000-0000-0000-0000-000000000307', NULL, 5, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('hold', '{"h": 1}', 'new', '0', '00000000-0000-0000-0000-000000000301', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('upd', '{"k": 1}', 'step1', '0', '00000000-0000-0000-0000-000000000302', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('cmp', '{}', 'new', '0', '00000000-0000-0000-0000-000000000303', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('rel', '{}', 'new', '0', '00000000-0000-0000-0000-000000000304', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('flaky', '{}', 'new', '0', '00000000-0000-0000-0000-000000000305', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('ej', '{"e": 1}', 'new', '0', '00000000-0000-0000-0000-000000000306', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
+    PERFORM tenure._task_enqueue('fen', '{}', 'new', '0', '00000000-0000-0000-0000-000000000307', NULL, 5, 0, NULL, NULL, '2000-02-01 00:00:00+00');
 END
 $$;
 SELECT results_eq(

@@ -72,7 +72,9 @@ class TaskLease:
 @dataclass(frozen=True)
 class TaskCycled:
     """One row of ``task_cycle``'s answer: a reported outcome (``outcome`` complete, release,
-    fail or extend; ``refused`` says why it was not applied) or a new lease (``outcome`` lease)."""
+    fail or extend; ``refused`` says why it was not applied), a new lease (``outcome`` lease), or
+    a rate-limited kind held back (``outcome`` throttled, ``id`` and ``epoch`` None,
+    ``next_action`` when its rate lets the next lease through)."""
 
     id: UUID
     epoch: int
@@ -83,6 +85,31 @@ class TaskCycled:
     data: Any
     attempts: int | None
     next_action: datetime | None
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """One row of the view ``tenure.task_kinds``: a kind's settings and what runs against them."""
+
+    kind: str
+    paused: bool
+    max_running: int | None
+    max_running_per_key: int | None
+    rate: int | None
+    rate_period: timedelta | None
+    running: int
+    due: int
+    rate_used: int | None
+    changed_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskDependency:
+    """One row of the view ``tenure.task_dependencies``: ``task_id`` runs after ``after_id``."""
+
+    task_id: UUID
+    after_id: UUID
+    after_status: str
 
 
 @dataclass(frozen=True)
@@ -116,6 +143,9 @@ class TaskRow:
     finished_at: datetime | None
     leased: bool
     due: bool
+    priority: int
+    limit_key: str | None
+    after_left: int
 
 
 @dataclass(frozen=True)
@@ -384,6 +414,18 @@ class Query:
 Op = Generator[Query, list[Any], T]
 
 
+def _task_json(task: dict[str, Any]) -> dict[str, Any]:
+    """One task of task_enqueue_many as JSON: delays in seconds as text, ids as text."""
+    out = dict(task)
+    if isinstance(out.get("delay"), int | float):
+        out["delay"] = f"{out['delay']} seconds"
+    if out.get("id") is not None:
+        out["id"] = str(out["id"])
+    if out.get("after") is not None:
+        out["after"] = [str(id) for id in out["after"]]
+    return out
+
+
 def _rows(row_type: type[T], statement: str, params: Params) -> Op[list[T]]:
     return (yield Query(statement, params, class_row(row_type)))
 
@@ -514,24 +556,35 @@ class Operations:
         id: UUID | None = None,
         idempotency_key: str | None = None,
         max_attempts: int = 5,
+        priority: int = 0,
+        limit_key: str | None = None,
+        after: Sequence[UUID] | None = None,
     ) -> Op[TaskEnqueued]:
+        """Enqueue one task; ``after``: it runs once every one of these tasks is done."""
         rows = yield from _rows(
             TaskEnqueued,
-            "SELECT * FROM tenure.task_enqueue(%s, coalesce(%s, '{}'::jsonb), %s, %s, %s, %s, %s)",
-            (kind, _json(data), state, _seconds(delay), id, idempotency_key, max_attempts),
+            "SELECT * FROM tenure.task_enqueue(%s, coalesce(%s, '{}'::jsonb), %s, %s, %s, %s, %s, %s, %s,"
+            " %s::uuid[])",
+            (
+                kind,
+                _json(data),
+                state,
+                _seconds(delay),
+                id,
+                idempotency_key,
+                max_attempts,
+                priority,
+                limit_key,
+                None if after is None else list(after),
+            ),
         )
         return rows[0]
 
     @operation
     def task_enqueue_many(self, tasks: Sequence[dict[str, Any]]) -> Op[list[TaskEnqueued]]:
         """Enqueue many in one call (at most 10,000); each dict has the keys of task_enqueue
-        (``delay`` in seconds or text)."""
-        payload = [
-            {**task, "delay": f"{task['delay']} seconds"}
-            if isinstance(task.get("delay"), int | float)
-            else task
-            for task in tasks
-        ]
+        (``delay`` in seconds or text; ``id`` and the ids in ``after`` UUIDs or text)."""
+        payload = [_task_json(task) for task in tasks]
         return (
             yield from _rows(TaskEnqueued, "SELECT * FROM tenure.task_enqueue_many(%s)", (Jsonb(payload),))
         )
@@ -661,6 +714,61 @@ class Operations:
             TaskLease, "SELECT * FROM tenure.task_eject(%s, %s, %s)", (id, owner, _seconds(lease))
         )
         return rows[0] if rows else None
+
+    @operation
+    def task_cancel(self, id: UUID) -> Op[bool]:
+        """Cancel a task: pending or waiting, it never runs; leased, its holder's writes get TN102.
+
+        Returns False when it had already finished.
+        """
+        return bool((yield from _scalar("SELECT tenure.task_cancel(%s)", (id,))))
+
+    @operation
+    def task_set_priority(self, id: UUID, priority: int) -> Op[bool]:
+        """Change a pending or waiting task's priority; False when it had finished."""
+        return bool((yield from _scalar("SELECT tenure.task_set_priority(%s, %s)", (id, priority))))
+
+    @operation
+    def task_kind_set(
+        self,
+        kind: str,
+        *,
+        paused: bool | None = None,
+        max_running: int | None = None,
+        max_running_per_key: int | None = None,
+        rate: int | None = None,
+        rate_period: timedelta | float | None = None,
+    ) -> Op[TaskKind]:
+        """Change a kind's settings: None leaves one as it is, 0 removes a limit."""
+        rows = yield from _rows(
+            TaskKind,
+            "SELECT * FROM tenure.task_kind_set(%s, %s, %s, %s, %s, %s)",
+            (
+                kind,
+                paused,
+                max_running,
+                max_running_per_key,
+                rate,
+                None if rate_period is None else _seconds(rate_period),
+            ),
+        )
+        return rows[0]
+
+    @operation
+    def task_kinds(self) -> Op[list[TaskKind]]:
+        """Every kind with settings (``tenure.task_kinds``)."""
+        return (yield from _rows(TaskKind, "SELECT * FROM tenure.task_kinds ORDER BY kind", ()))
+
+    @operation
+    def task_dependencies(self, id: UUID) -> Op[list[TaskDependency]]:
+        """The tasks that task ``id`` runs after, with their status."""
+        return (
+            yield from _rows(
+                TaskDependency,
+                "SELECT * FROM tenure.task_dependencies WHERE task_id = %s ORDER BY after_id",
+                (id,),
+            )
+        )
 
     @operation
     def task_requeue(self, id: UUID, *, delay: timedelta | float = 0) -> Op[bool]:

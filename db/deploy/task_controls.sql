@@ -1,0 +1,140 @@
+-- Task controls: priorities, per-kind settings (pause, concurrency limits per kind and
+-- per limit key, a rate limit), cancellation and run-after dependencies.
+BEGIN;
+
+SET LOCAL ROLE tenure_owner;
+
+ALTER TABLE tenure.task
+    ADD COLUMN priority   integer NOT NULL DEFAULT 0,
+    ADD COLUMN limit_key  text CHECK (btrim(limit_key) <> ''),
+    ADD COLUMN after_left integer NOT NULL DEFAULT 0 CHECK (after_left >= 0);
+COMMENT ON COLUMN tenure.task.priority IS 'Higher is leased first; then the oldest due first.';
+COMMENT ON COLUMN tenure.task.limit_key IS 'The key that max_running_per_key of the kind counts by (a customer id, say); NULL: none.';
+COMMENT ON COLUMN tenure.task.after_left IS 'How many of the tasks it runs after (tenure.task_after) are not done yet.';
+
+-- waiting: runs after tasks not all done yet (next_action: the earliest it may become
+-- due); cancelled: finished by task_cancel.
+ALTER TABLE tenure.task
+    DROP CONSTRAINT task_status_check,
+    DROP CONSTRAINT task_check,
+    ADD CONSTRAINT task_status_check CHECK (status IN ('pending', 'waiting', 'done', 'dead', 'cancelled')),
+    ADD CONSTRAINT task_next_action_check CHECK ((status IN ('pending', 'waiting')) = (next_action IS NOT NULL)),
+    ADD CONSTRAINT task_waiting_check CHECK (CASE status WHEN 'waiting' THEN after_left > 0
+                                                            WHEN 'pending' THEN after_left = 0 ELSE true END);
+
+-- Due tasks are leased highest priority first, then oldest due first. With one priority
+-- (the common case) a walk of task_due is the same as before.
+DROP INDEX tenure.task_due;
+DROP INDEX tenure.task_kind_due;
+CREATE INDEX task_due ON tenure.task (priority DESC, next_action) WHERE status = 'pending';
+CREATE INDEX task_kind_due ON tenure.task (kind, priority DESC, next_action) WHERE status = 'pending';
+-- The keys with pending work of a kind limited per key, found by skipping through this
+-- index; tasks without a limit key (most) are not in it.
+CREATE INDEX task_key_due ON tenure.task (kind, limit_key, priority DESC, next_action)
+    WHERE status = 'pending' AND limit_key IS NOT NULL;
+-- What runs now, counted against the limits: only leased tasks are in it.
+CREATE INDEX task_leased ON tenure.task (kind, limit_key) WHERE status = 'pending' AND owner IS NOT NULL;
+
+CREATE TABLE tenure.task_after (
+    task_id  uuid NOT NULL REFERENCES tenure.task (id) ON DELETE CASCADE,
+    after_id uuid NOT NULL REFERENCES tenure.task (id) ON DELETE CASCADE,
+    PRIMARY KEY (task_id, after_id),
+    CHECK (task_id <> after_id)
+);
+CREATE INDEX task_after_after ON tenure.task_after (after_id);
+COMMENT ON TABLE tenure.task_after IS
+    'Run-after dependencies: task task_id becomes due only when task after_id (and every other it names) is done.';
+
+CREATE TABLE tenure.task_kind (
+    kind                text        PRIMARY KEY CHECK (btrim(kind) <> ''),
+    paused              boolean     NOT NULL DEFAULT false,
+    max_running         integer     CHECK (max_running BETWEEN 1 AND 1000000),
+    max_running_per_key integer     CHECK (max_running_per_key BETWEEN 1 AND 1000000),
+    rate                integer     CHECK (rate BETWEEN 1 AND 100000),
+    rate_period         interval    CHECK (rate_period > interval '0' AND rate_period <= interval '1 day'),
+    changed_at          timestamptz NOT NULL,
+    CHECK (rate IS NULL OR rate_period IS NOT NULL)
+);
+COMMENT ON TABLE tenure.task_kind IS
+    'Settings of a kind of task, set by task_kind_set: paused, concurrency limits per kind and per limit key, a rate limit. A kind without a row has none.';
+
+-- The leases of rate-limited kinds within their rate period (older ones are deleted as
+-- the kind is next leased).
+CREATE TABLE tenure.task_kind_lease (
+    kind      text        NOT NULL REFERENCES tenure.task_kind (kind) ON DELETE CASCADE,
+    leased_at timestamptz NOT NULL
+);
+CREATE INDEX task_kind_lease_kind ON tenure.task_kind_lease (kind, leased_at);
+
+CREATE VIEW tenure.task_kinds AS
+SELECT k.kind, k.paused, k.max_running, k.max_running_per_key, k.rate, k.rate_period,
+       (SELECT count(*) FROM tenure.task t
+         WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= now()) AS running,
+       (SELECT count(*) FROM tenure.task t
+         WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= now()
+           AND (t.owner IS NULL OR t.next_action < now())) AS due,
+       CASE WHEN k.rate IS NOT NULL THEN
+           (SELECT count(*) FROM tenure.task_kind_lease l WHERE l.kind = k.kind AND l.leased_at > now() - k.rate_period)
+       END AS rate_used,
+       k.changed_at
+  FROM tenure.task_kind k;
+COMMENT ON VIEW tenure.task_kinds IS
+    'Every kind of task with settings (task_kind_set): paused, its limits, and what runs against them now.';
+COMMENT ON COLUMN tenure.task_kinds.kind IS 'the kind of task';
+COMMENT ON COLUMN tenure.task_kinds.paused IS 'true: no task of the kind is leased (leased ones run on)';
+COMMENT ON COLUMN tenure.task_kinds.max_running IS 'at most this many tasks of the kind leased at once; NULL: no limit';
+COMMENT ON COLUMN tenure.task_kinds.max_running_per_key IS 'at most this many leased at once per limit key; NULL: no limit';
+COMMENT ON COLUMN tenure.task_kinds.rate IS 'at most this many leases per rate_period; NULL: no rate limit';
+COMMENT ON COLUMN tenure.task_kinds.rate_period IS 'the sliding window of the rate limit';
+COMMENT ON COLUMN tenure.task_kinds.running IS 'tasks of the kind leased now (leases not run out)';
+COMMENT ON COLUMN tenure.task_kinds.due IS 'tasks of the kind due now';
+COMMENT ON COLUMN tenure.task_kinds.rate_used IS 'leases granted in the last rate_period (NULL without a rate limit)';
+COMMENT ON COLUMN tenure.task_kinds.changed_at IS 'when the settings last changed';
+
+CREATE VIEW tenure.task_dependencies AS
+SELECT a.task_id, a.after_id, f.status AS after_status
+  FROM tenure.task_after a
+  JOIN tenure.task f ON f.id = a.after_id;
+COMMENT ON VIEW tenure.task_dependencies IS
+    'Run-after dependencies: task task_id runs after task after_id, whose status is after_status.';
+COMMENT ON COLUMN tenure.task_dependencies.task_id IS 'the task that waits';
+COMMENT ON COLUMN tenure.task_dependencies.after_id IS 'a task it runs after';
+COMMENT ON COLUMN tenure.task_dependencies.after_status IS 'the status of that task (done lets the dependent run)';
+
+CREATE OR REPLACE VIEW tenure.tasks AS
+SELECT id, kind, state, status, owner, epoch, data, attempts, max_attempts, last_error,
+       idempotency_key, created_at, last_change, last_action, next_action, leased_at, finished_at,
+       status = 'pending' AND owner IS NOT NULL AND next_action >= now() AS leased,
+       status = 'pending' AND next_action <= now() AND (owner IS NULL OR next_action < now()) AS due,
+       priority, limit_key, after_left
+  FROM tenure.task;
+
+COMMENT ON COLUMN tenure.tasks.priority IS 'higher is leased first; default 0';
+COMMENT ON COLUMN tenure.tasks.limit_key IS 'what `max_running_per_key` of the kind counts by; NULL: none';
+COMMENT ON COLUMN tenure.tasks.after_left IS 'how many of the tasks it runs after are not done yet';
+COMMENT ON COLUMN tenure.tasks.status IS '`pending` (default), `waiting` (for the tasks it runs after), `done`, `dead` or `cancelled`';
+COMMENT ON COLUMN tenure.tasks.next_action IS 'when it is due, or while leased the end of the lease; while waiting, the earliest it may become due; NULL once finished';
+COMMENT ON COLUMN tenure.tasks.finished_at IS 'when it became done, dead or cancelled';
+COMMENT ON COLUMN tenure.task_status.status IS '`pending`, `waiting`, `done`, `dead` or `cancelled`';
+
+-- One task of an enqueue request gains its controls.
+ALTER TYPE tenure._task_input
+    ADD ATTRIBUTE priority integer,
+    ADD ATTRIBUTE limit_key text,
+    ADD ATTRIBUTE after uuid[];
+
+-- A due task that an acquisition of a kind with settings may lease, with what orders it.
+CREATE TYPE tenure._task_candidate AS (
+    id          uuid,
+    priority    integer,
+    rank        bigint,  -- its key's turn: 1 for each key's first task, 2 for the second, ...
+    next_action timestamptz
+);
+
+GRANT SELECT ON tenure.task_kinds, tenure.task_dependencies TO tenure_worker;
+
+-- The v0.2.0 task_enqueue has fewer arguments: released_functions creates the new one.
+DROP FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
+DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
+
+COMMIT;
