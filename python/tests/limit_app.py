@@ -2,8 +2,9 @@
 
 Every kind runs the same step: it sleeps for ``data["seconds"]`` (so that limits bind),
 then completes with one write, in the completion's fenced transaction, of when its
-processor ran: ``time.monotonic()`` at its start and end, a clock that every process of
-the machine shares. The write lands once per task, and only for the epoch that completed.
+processor ran: ``time.monotonic()`` at its start and end (before the completion is sent,
+so within the lease), a clock that every process of the machine shares. The write lands
+once per task, and only for the epoch that completed.
 
 ASYNC_PROCESSORS are the same step as a coroutine, for ``tenure task worker --async``.
 """
@@ -36,16 +37,13 @@ GRANT INSERT ON limit_runs TO tenure_demo_app;
 INSERT = "INSERT INTO limit_runs (task_id, epoch, owner, pid, started, ended) VALUES (%s, %s, %s, %s, %s, %s)"
 
 
-def _row(task: Task, started: float) -> tuple[Any, ...]:
-    return (task.id, task.epoch, task.owner, os.getpid(), started, time.monotonic())
-
-
 def run(task: Task) -> Complete:
     started = time.monotonic()
     time.sleep(float(task.data["seconds"]))
+    ran = (task.id, task.epoch, task.owner, os.getpid(), started, time.monotonic())
 
     def write(db: psycopg.Connection[Any]) -> None:
-        db.execute(INSERT, _row(task, started))
+        db.execute(INSERT, ran)
 
     return Complete(writes=write)
 
@@ -53,9 +51,10 @@ def run(task: Task) -> Complete:
 async def arun(task: Task) -> Complete:
     started = time.monotonic()
     await asyncio.sleep(float(task.data["seconds"]))
+    ran = (task.id, task.epoch, task.owner, os.getpid(), started, time.monotonic())
 
     async def write(db: psycopg.AsyncConnection[Any]) -> None:
-        await db.execute(INSERT, _row(task, started))
+        await db.execute(INSERT, ran)
 
     return Complete(writes=write)
 
