@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -15,7 +17,7 @@ import pytest
 
 from tenure import Driver, InvalidArgument, LeaseLost, NotFound
 from tenure.aio import AsyncTaskWorker
-from tenure.driver import Operations
+from tenure.driver import Operations, TaskCycled
 from tenure.errors import InvalidConfiguration
 from tenure.runtime.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
 from tenure.testing.aio import Flavour
@@ -625,3 +627,51 @@ def test_a_rate_limited_worker_sleeps_until_capacity_returns(
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(leased_at)]
     assert len(leased_at) == tasks and min(gaps) >= 0.4, f"the rate limit held: {gaps}"
     assert len(asked) <= 3 * tasks + 2, f"{len(asked)} round trips asked for leases: it polled meanwhile"
+
+
+def throttled_row(until: datetime) -> TaskCycled:
+    return TaskCycled(
+        id=None,  # type: ignore[arg-type]  # a throttled row names a kind, not a task
+        epoch=None,  # type: ignore[arg-type]
+        outcome="throttled",
+        refused=None,
+        kind="paced",
+        state=None,
+        data=None,
+        attempts=None,
+        next_action=until,
+    )
+
+
+def test_a_throttled_worker_waits_by_the_servers_clock_and_never_in_a_busy_loop() -> None:
+    """The moment a 'throttled' row names is the server's: it is mapped through the last lease
+    (which ends a lease after the server's now), not the worker's wall clock; without one, a
+    moment that seems past is waited for at least 10 ms, doubling with each such answer."""
+    worker = TaskWorker("dbname=unused", {"paced": complete}, lease=5, poll_interval=1.0)
+    server_now = datetime.now(UTC) - timedelta(seconds=30)  # the server's clock is 30 s behind
+    for answers in range(1, 9):
+        before = time.monotonic()
+        worker._leased([throttled_row(server_now + timedelta(seconds=0.3))], 2, before)
+        wait = worker._throttled_until - before
+        floor = min(1.0, 0.01 * 2**answers)
+        assert floor <= wait <= floor + (time.monotonic() - before), (answers, wait)
+        assert worker._idle_wait(2, before, before + 60) == pytest.approx(wait)
+    lease = TaskCycled(
+        id=uuid.uuid4(),
+        epoch=1,
+        outcome="lease",
+        refused=None,
+        kind="paced",
+        state="new",
+        data={},
+        attempts=0,
+        next_action=server_now + timedelta(seconds=5),  # the lease ends 5 s after the server's now
+    )
+    before = time.monotonic()
+    worker._leased([lease, throttled_row(server_now + timedelta(seconds=0.3))], 2, before)
+    after = time.monotonic()
+    assert before + 0.3 <= worker._throttled_until <= after + 0.3, "0.3 s after the server's now"
+    assert worker._lease_limit(1, before, before + 60) == 0, "nothing asked for until then"
+    assert worker._lease_limit(1, after + 0.3, before + 60) == 1, "asked for once the rate lets it through"
+    worker._leased([], 1, after)  # an answer without a throttled row: no more waiting for it
+    assert worker._throttled_until == math.inf
