@@ -32,6 +32,8 @@ CREATE INDEX task_kind_due ON tenure.task (kind, priority DESC, next_action) WHE
 -- index; tasks without a limit key (most) are not in it.
 CREATE INDEX task_key_due ON tenure.task (kind, limit_key, priority DESC, next_action)
     WHERE status = 'pending' AND limit_key IS NOT NULL;
+-- Waiting tasks, for those who list them (few, unlike finished ones).
+CREATE INDEX task_waiting ON tenure.task (priority DESC, next_action) WHERE status = 'waiting';
 -- What runs now, counted against the limits: only leased tasks are in it.
 CREATE INDEX task_leased ON tenure.task (kind, limit_key) WHERE status = 'pending' AND owner IS NOT NULL;
 
@@ -65,6 +67,15 @@ CREATE TABLE tenure.task_kind_lease (
     leased_at timestamptz NOT NULL
 );
 CREATE INDEX task_kind_lease_kind ON tenure.task_kind_lease (kind, leased_at);
+
+-- When each key of a kind limited per key was last served: of the keys with as few
+-- tasks leased, the one served longest ago goes first. Forgotten after an hour.
+CREATE TABLE tenure.task_key_turn (
+    kind      text        NOT NULL REFERENCES tenure.task_kind (kind) ON DELETE CASCADE,
+    limit_key text        NOT NULL,
+    served_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, limit_key)
+);
 
 CREATE VIEW tenure.task_kinds AS
 SELECT k.kind, k.paused, k.max_running, k.max_running_per_key, k.rate, k.rate_period,
@@ -127,7 +138,8 @@ ALTER TYPE tenure._task_input
 CREATE TYPE tenure._task_candidate AS (
     id          uuid,
     priority    integer,
-    rank        bigint,  -- its key's turn: 1 for each key's first task, 2 for the second, ...
+    rank        bigint,       -- its key's turn: the key's leased tasks + 1 for its first, + 2 for its second, ...
+    served_at   timestamptz,  -- when its key was last served (NULL: not lately), so keys take turns
     next_action timestamptz
 );
 

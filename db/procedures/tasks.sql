@@ -572,6 +572,12 @@ BEGIN
             INSERT INTO tenure.task_kind_lease (kind, leased_at)
             SELECT l.kind, v_leased_at FROM unnest(v_leases) l JOIN tenure.task_kind k ON k.kind = l.kind
              WHERE k.rate IS NOT NULL;
+            -- The keys served, for their turns.
+            INSERT INTO tenure.task_key_turn AS turn (kind, limit_key, served_at)
+            SELECT DISTINCT t.kind, t.limit_key, v_leased_at
+              FROM unnest(v_leases) l JOIN tenure.task t ON t.id = l.id JOIN tenure.task_kind k ON k.kind = t.kind
+             WHERE t.limit_key IS NOT NULL AND k.max_running_per_key IS NOT NULL
+            ON CONFLICT (kind, limit_key) DO UPDATE SET served_at = excluded.served_at;
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
         IF v_died IS NOT NULL THEN
@@ -610,7 +616,7 @@ DECLARE
 BEGIN
     -- Kinds without settings, as _task_take would pick them.
     IF p_kinds IS NULL THEN
-        v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+        v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                 FROM tenure.task t
                                WHERE t.status = 'pending' AND t.kind <> ALL (p_controlled) AND t.next_action <= p_now
                                  AND (t.owner IS NULL OR t.next_action < p_now)
@@ -618,7 +624,7 @@ BEGIN
     ELSE
         v_free := ARRAY(SELECT unnest(p_kinds) EXCEPT SELECT unnest(p_controlled));
         IF cardinality(v_free) > 0 THEN
-            v_candidates := ARRAY(SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate
+            v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                     FROM tenure.task t
                                    WHERE t.status = 'pending' AND t.kind = ANY (v_free) AND t.next_action <= p_now
                                      AND (t.owner IS NULL OR t.next_action < p_now)
@@ -658,7 +664,7 @@ BEGIN
         CONTINUE WHEN v_cap <= 0;
         IF k.max_running_per_key IS NULL THEN
             v_candidates := v_candidates || ARRAY(
-                SELECT (t.id, t.priority, 1, t.next_action)::tenure._task_candidate FROM tenure.task t
+                SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate FROM tenure.task t
                  WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
                    AND (t.owner IS NULL OR t.next_action < p_now)
                  ORDER BY t.priority DESC, t.next_action LIMIT v_cap FOR UPDATE SKIP LOCKED);
@@ -680,9 +686,12 @@ BEGIN
                    AND t.limit_key IS NOT NULL
                  GROUP BY t.limit_key
             ), offered AS (
-                SELECT x.* FROM keys LEFT JOIN running r ON r.key = keys.key
+                SELECT x.id, x.priority, coalesce(r.n, 0) + x.position AS rank, turn.served_at, x.next_action
+                  FROM keys
+                  LEFT JOIN running r ON r.key = keys.key
+                  LEFT JOIN tenure.task_key_turn turn ON turn.kind = k.kind AND turn.limit_key = keys.key
                  CROSS JOIN LATERAL (
-                     SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action) AS rank,
+                     SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action) AS position,
                             t.next_action
                        FROM tenure.task t
                       WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key = keys.key
@@ -691,14 +700,17 @@ BEGIN
                       LIMIT greatest(k.max_running_per_key - coalesce(r.n, 0), 0)) x
                  WHERE keys.key IS NOT NULL
                 UNION ALL
-                SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), t.next_action
+                SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), NULL, t.next_action
                   FROM (SELECT t.* FROM tenure.task t
                          WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NULL
                            AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
                          ORDER BY t.priority DESC, t.next_action LIMIT v_cap) t
             )
-            SELECT array_agg((o.id, o.priority, o.rank, o.next_action)::tenure._task_candidate) INTO v_keyed
-              FROM (SELECT * FROM offered o ORDER BY o.priority DESC, o.rank, o.next_action LIMIT v_cap) o;
+            SELECT array_agg((o.id, o.priority, o.rank, o.served_at, o.next_action)::tenure._task_candidate)
+              INTO v_keyed
+              FROM (SELECT * FROM offered o
+                     ORDER BY o.priority DESC, o.rank, o.served_at NULLS FIRST, o.next_action LIMIT v_cap) o;
+            DELETE FROM tenure.task_key_turn turn WHERE turn.kind = k.kind AND turn.served_at < p_now - interval '1 hour';
             v_candidates := v_candidates || ARRAY(
                 SELECT o FROM unnest(v_keyed) o
                   JOIN LATERAL (SELECT FROM tenure.task t
@@ -710,7 +722,7 @@ BEGIN
 
     RETURN QUERY
     SELECT c.id, NULL::text, NULL::timestamptz FROM unnest(v_candidates) c
-     ORDER BY c.priority DESC, c.rank, c.next_action
+     ORDER BY c.priority DESC, c.rank, c.served_at NULLS FIRST, c.next_action
      LIMIT p_wanted;
 END
 $$;
@@ -723,7 +735,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_limit, p_kinds, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
-$$Lease up to p_limit due tasks (next_action <= now, oldest due first, of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED).
+$$Lease up to p_limit due tasks (next_action <= now; the highest priority first, then the oldest due; of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED). The settings of each kind (task_kind_set) hold: nothing of a paused kind, never more leased at once than its max_running and max_running_per_key allow (keys with due tasks take turns), never more leases per rate_period than its rate.
 Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
 Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
 Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
@@ -1183,9 +1195,6 @@ BEGIN
            array_agg(DISTINCT a.kind) FILTER (WHERE a.outcome <> 'extend')
       INTO v_applied, v_wake, v_finished, v_ended
       FROM applied a;
-    IF v_ended IS NOT NULL THEN
-        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
-    END IF;
 
     IF cardinality(v_applied) = v_count THEN
         RETURN QUERY SELECT * FROM unnest(v_applied);
@@ -1227,6 +1236,12 @@ BEGIN
             DELETE FROM tenure.task_waiter WHERE owner = p_owner;  -- every slot filled: no longer waiting
         END IF;
     END IF;
+    -- After the leases: an acquisition locks the row of a limited kind and then, when a
+    -- task dies, its dependents; taking the kind's row before any dependent keeps that
+    -- one order of locks (no deadlock).
+    IF v_ended IS NOT NULL THEN
+        PERFORM tenure._task_finished(v_finished, v_ended, v_now);
+    END IF;
     IF v_wake IS NOT NULL THEN
         PERFORM tenure._task_announce(v_wake, v_now);
     END IF;
@@ -1245,7 +1260,7 @@ COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, in
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
 With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
-Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'). A refused outcome is not an error: the others still apply.
+Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'), and when it leased fewer than p_limit because a rate-limited kind held due tasks back, a row per such kind with outcome 'throttled', id and epoch NULL, and next_action when its rate lets the next lease through (wait until then rather than poll). A refused outcome is not an error: the others still apply.
 Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 
 -- Controls: what follows a task's end, cancelling, priorities, settings per kind ---------
@@ -1624,7 +1639,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN tenure._task_purge(p_older_than, p_include_dead, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.task_purge(interval, boolean) IS
-$$Retention clean-up: delete tasks that finished (done, and dead with p_include_dead) more than p_older_than ago, with their lease log.
+$$Retention clean-up: delete tasks that finished (done and cancelled, and dead with p_include_dead) more than p_older_than ago, with their lease log.
 Returns how many tasks were deleted.
 Errors: TN001 on a NULL or negative p_older_than or a NULL p_include_dead.$$;
 

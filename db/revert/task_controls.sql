@@ -44,6 +44,7 @@ COMMENT ON COLUMN tenure.tasks.due IS '`status = ''pending'' AND next_action <= 
 COMMENT ON COLUMN tenure.task_status.status IS '`pending`, `done` or `dead`';
 
 DROP TABLE tenure.task_kind_lease;
+DROP TABLE tenure.task_key_turn;
 DROP TABLE tenure.task_kind;
 DROP TABLE tenure.task_after;
 DROP INDEX tenure.task_due;

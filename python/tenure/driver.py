@@ -384,6 +384,7 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
     "claim_instances": ("keyspace", "instance_id"),
     "claims": ("keyspace", "key"),
     "task_status": ("kind", "state", "status"),
+    "task_kinds": ("kind",),
     "batch_queues": ("keyspace",),
     "batch_keys": ("keyspace", "key"),
     "replicas": ("scope", "counter"),

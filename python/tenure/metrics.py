@@ -5,17 +5,28 @@ Every runtime (Elector, Claimer, TaskWorker, SubmissionPool, ReplicaManager, Mai
 serve them together, or let each make its own. :class:`MetricsServer` serves a
 registry at ``/metrics``; ``tenure elect --http`` and ``tenure replica run --http``
 serve it beside their health endpoints.
+
+The task gauges (tasks per kind and status, each kind's settings against its use) are
+facts of the whole database, not of one instance: the elected maintainer sets them
+(``Maintainer(gauges_every=...)``), so they come from one place; a standby has none.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from tenure.driver import TaskKind, TaskStatus
+
+# Every status a task can have: each is exported for every kind, 0 included, so that a
+# status that empties reads 0 rather than vanishing.
+TASK_STATUSES = ("pending", "waiting", "done", "dead", "cancelled")
 
 # Renewals are round trips of a few milliseconds, and slow ones matter up to the safe window.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -65,6 +76,49 @@ class Metrics:
         self.task_leases_lost = Counter(
             "tenure_task_leases_lost", "Task leases lost before the step ended", ["kind"], registry=r
         )
+        # tasks in the database, set by the elected maintainer (see task_gauges)
+        self.tasks_by_status = Gauge(
+            "tenure_tasks", "Tasks in the database by kind and status", ["kind", "status"], registry=r
+        )
+        self.tasks_due = Gauge("tenure_tasks_due", "Tasks due now, by kind", ["kind"], registry=r)
+        self.task_kind_paused = Gauge(
+            "tenure_task_kind_paused", "1 while the kind is paused, else 0", ["kind"], registry=r
+        )
+        self.task_kind_running = Gauge(
+            "tenure_task_kind_running", "Leases of the kind that have not run out", ["kind"], registry=r
+        )
+        self.task_kind_max_running = Gauge(
+            "tenure_task_kind_max_running",
+            "The kind's limit of tasks leased at once (absent without one)",
+            ["kind"],
+            registry=r,
+        )
+        self.task_kind_max_running_per_key = Gauge(
+            "tenure_task_kind_max_running_per_key",
+            "The kind's limit of tasks leased at once per limit key (absent without one)",
+            ["kind"],
+            registry=r,
+        )
+        self.task_kind_rate = Gauge(
+            "tenure_task_kind_rate",
+            "The kind's rate limit: leases per rate period (absent without one)",
+            ["kind"],
+            registry=r,
+        )
+        self.task_kind_rate_period = Gauge(
+            "tenure_task_kind_rate_period_seconds",
+            "The window of the kind's rate limit (absent without one)",
+            ["kind"],
+            registry=r,
+        )
+        self.task_kind_rate_used = Gauge(
+            "tenure_task_kind_rate_used",
+            "Leases of the kind granted within the last rate period (absent without a rate limit)",
+            ["kind"],
+            registry=r,
+        )
+        self._task_gauge_labels: dict[Gauge, set[tuple[str, ...]]] = {}
+        self._task_gauge_lock = threading.Lock()
         # submission queue
         self.batches_selected = Counter(
             "tenure_batches_selected", "Batches selected", ["keyspace"], registry=r
@@ -127,9 +181,65 @@ class Metrics:
             "tenure_maintain_failures", "Maintenance calls that failed, by job", ["job"], registry=r
         )
 
+    def task_gauges(self, statuses: Iterable[TaskStatus], kinds: Iterable[TaskKind]) -> None:
+        """Set the task gauges from rows of the views ``tenure.task_status`` and
+        ``tenure.task_kinds``; a kind or limit that has gone since the last call loses its series."""
+        values: dict[Gauge, dict[tuple[str, ...], float]] = {}
+
+        def put(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
+            if value is not None:
+                series = values.setdefault(gauge, {})
+                series[labels] = series.get(labels, 0.0) + value
+
+        for row in statuses:
+            for status in TASK_STATUSES:
+                put(self.tasks_by_status, (row.kind, status), row.tasks if row.status == status else 0)
+            put(self.tasks_due, (row.kind,), row.due)
+        for kind in kinds:
+            labels: tuple[str, ...] = (kind.kind,)
+            put(self.task_kind_paused, labels, 1 if kind.paused else 0)
+            put(self.task_kind_running, labels, kind.running)
+            put(self.task_kind_max_running, labels, kind.max_running)
+            put(self.task_kind_max_running_per_key, labels, kind.max_running_per_key)
+            put(self.task_kind_rate, labels, kind.rate)
+            put(self.task_kind_rate_period, labels, _rate_period_seconds(kind))
+            put(self.task_kind_rate_used, labels, kind.rate_used if kind.rate is not None else None)
+        with self._task_gauge_lock:
+            for gauge in self._task_gauges():
+                now = values.get(gauge, {})
+                for series, value in now.items():
+                    gauge.labels(*series).set(value)
+                for gone in self._task_gauge_labels.get(gauge, set()) - now.keys():
+                    gauge.remove(*gone)
+                self._task_gauge_labels[gauge] = set(now)
+
+    def clear_task_gauges(self) -> None:
+        """Remove every series of the task gauges (an instance that is no longer the maintainer)."""
+        with self._task_gauge_lock:
+            for gauge in self._task_gauges():
+                gauge.clear()
+            self._task_gauge_labels.clear()
+
+    def _task_gauges(self) -> tuple[Gauge, ...]:
+        return (
+            self.tasks_by_status,
+            self.tasks_due,
+            self.task_kind_paused,
+            self.task_kind_running,
+            self.task_kind_max_running,
+            self.task_kind_max_running_per_key,
+            self.task_kind_rate,
+            self.task_kind_rate_period,
+            self.task_kind_rate_used,
+        )
+
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type, for an HTTP handler of one's own."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _rate_period_seconds(kind: TaskKind) -> float | None:
+    return kind.rate_period.total_seconds() if kind.rate is not None and kind.rate_period else None
 
 
 def send_metrics(request: BaseHTTPRequestHandler, metrics: Metrics) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -21,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tenure import Driver
 from tenure.cli import EXAMPLES, build_parser
+from tenure.cli import main as cli_main
 from tenure.cli.batches import EXAMPLES as BATCH_EXAMPLES
 from tenure.cli.claims import EXAMPLES as CLAIM_EXAMPLES
 from tenure.cli.tasks import EXAMPLES as TASK_EXAMPLES
@@ -148,6 +151,78 @@ def test_task_commands(app_conninfo: str) -> None:
     assert missing.returncode == 2 and "PROCESSORS" in missing.stderr
 
 
+def test_task_control_commands(app_conninfo: str, admin: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kinds paused and limited, tasks cancelled, reprioritised and run after others, from the
+    command line (in this process: a python per command would cost a second each)."""
+
+    def run(*args: str, code: int = 0) -> str:
+        assert cli_main(["task", *args, "--db", app_conninfo]) == code, capsys.readouterr()
+        out, err = capsys.readouterr()
+        return out + err
+
+    assert "no kind has settings" in run("kind", "show")
+    line = run("kind", "set", "cli-mail", "--max-running", "3", "--rate", "10", "--per", "1m")
+    assert line.strip() == "kind cli-mail: not paused, running 0, max running 3, rate 10 per 60 s (used 0)"
+    assert "paused, running 0, max running 3" in run("kind", "set", "cli-mail", "--pause")
+    run("kind", "set", "cli-sms", "--max-running-per-key", "1")
+    table = run("kind", "show").splitlines()
+    assert table[0].split()[:4] == ["kind", "paused", "running", "max_running"]
+    assert table[1].split()[:5] == ["cli-mail", "yes", "0", "3", "-"] and "10 per 60 s" in table[1]
+    assert table[2].split()[:5] == ["cli-sms", "no", "0", "-", "1"]
+    (row,) = json.loads(run("kind", "show", "cli-mail", "--json"))
+    assert (row["kind"], row["paused"], row["max_running"], row["rate"]) == ("cli-mail", True, 3, 10)
+    assert "kind cli-none: no settings" in run("kind", "show", "cli-none")
+    for bad, why in (
+        (["--max-running", "-1"], "max_running"),
+        (["--rate", "5", "--per", "0"], "period"),
+    ):
+        refused = run("kind", "set", "cli-mail", *bad, code=2)
+        assert refused.startswith("tenure: ") and why in refused, refused
+    assert "nothing to change for kind 'cli-mail'" in run("kind", "set", "cli-mail", code=2)
+    assert "expected a duration" in cli_error(["task", "kind", "set", "k", "--rate", "1", "--per", "soon"])
+    huge = cli_error(["task", "kind", "set", "k", "--max-running", "99999999999"])
+    assert "expected a whole number from -2147483648 to 2147483647, got 99999999999" in huge
+    assert "from -2147483648" in cli_error(["task", "priority", str(uuid.uuid4()), "-2147483649"])
+    assert "not allowed with argument --pause" in cli_error(
+        ["task", "kind", "set", "k", "--pause", "--resume"]
+    )
+    line = run("kind", "set", "cli-mail", "--resume", "--max-running", "0", "--rate", "0")
+    assert line.strip() == "kind cli-mail: no settings left (not paused, no limits)"
+    assert [r.kind for r in Driver(admin).task_kinds()] == ["cli-sms"]
+
+    first = run("enqueue", "--kind", "cli-mail", "--priority", "-5", "--limit-key", "customer-1").split()[0]
+    other = run("enqueue", "--kind", "cli-mail").split()[0]
+    second = run("enqueue", "--kind", "cli-mail", "--after", first, "--after", other).split()
+    assert "waiting for 2 of the tasks it runs after" in " ".join(second), second
+    waiting = run("list", "--kind", "cli-mail", "--status", "waiting")
+    assert second[0] in waiting and "after 2 more" in waiting and first not in waiting
+    pending = run("list", "--kind", "cli-mail", "--status", "pending")
+    assert "priority -5  limit key customer-1" in pending
+    assert run("priority", first, "7").strip() == f"task {first} now has priority 7"
+    assert Driver(admin).task(uuid.UUID(first)).priority == 7  # type: ignore[union-attr]
+    assert run("cancel", first).strip() == f"task {first} cancelled"
+    assert "has already finished" in run("cancel", first, code=1)
+    assert "has already finished" in run("priority", first, "1", code=1)
+    dependent = Driver(admin).task(uuid.UUID(second[0]))
+    assert dependent is not None and dependent.status == "dead" and first in (dependent.last_error or "")
+    assert second[0] in run("list", "--status", "dead")
+    assert first in run("list", "--status", "cancelled")
+    late = run("enqueue", "--kind", "cli-mail", "--after", first)
+    assert "dead: " in late and first in late, late
+    unknown = str(uuid.uuid4())
+    assert unknown in run("enqueue", "--kind", "cli-mail", "--after", unknown, code=2)
+    assert run("cancel", unknown, code=2).startswith("tenure: ")
+    assert run("priority", unknown, "1", code=2).startswith("tenure: ")
+
+
+def cli_error(argv: list[str]) -> str:
+    """What argparse says when it refuses ``argv`` (it exits 2)."""
+    with pytest.raises(SystemExit) as exited, contextlib.redirect_stderr(io.StringIO()) as err:
+        cli_main(argv)
+    assert exited.value.code == 2
+    return err.getvalue()
+
+
 def test_claim_commands(app_conninfo: str, tmp_path: Path) -> None:
     def tenure(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*TENURE, "claim", *args, "--db", app_conninfo], capture_output=True, text=True)
@@ -270,6 +345,7 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     driver.claim_register("shards", ["s1", "s2", "s3"])
     driver.claim_take("shards", uuid.uuid4(), expiry=60, limit=2)
     driver.task_enqueue("email", {"to": "a@example.org"})
+    driver.task_kind_set("email", paused=True, max_running=3, rate=10, rate_period=60)
     driver.batch_enqueue("ledger", "po-1", b"x")
     driver.replica_register()
     assert driver.replica_acquire("replica-a").acquired  # held by this session until the test ends
@@ -285,11 +361,13 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert "shards               3 keys: 2 claimed, 1 unclaimed" in text.stdout
     assert re.search(r"email\s+new\s+pending\s+1\s+leased\s+0\s+due\s+1", text.stdout)
     assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
+    assert re.search(r"email\s+PAUSED  running 0 of 3  rate 0 of 10 per 60.0 s  due 1", text.stdout)
     assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout), text.stdout
     report = json.loads(tenure("--json").stdout)
     assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
     assert report["claim_keyspaces"][0]["unclaimed"] == 1
     assert report["tasks"][0]["due"] == 1
+    assert report["task_kinds"][0]["rate_period"] == 60 and report["task_kinds"][0]["paused"]
     assert report["batch_queues"][0]["queued"] == 1
     assert report["replicas"][0]["replica"] == "replica-a"
 

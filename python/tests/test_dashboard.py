@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import threading
 import uuid
@@ -33,7 +34,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tenure.cli import main as cli_main
-from tenure.dashboard import DashboardServer, Settings
+from tenure.dashboard import DashboardServer, Settings, data
 from tenure.dashboard.role import check_role, role_problems
 from tenure.driver import Driver
 from tenure.errors import InvalidConfiguration
@@ -50,6 +51,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 class Workload:
     dead_task: uuid.UUID
     halted_batch: uuid.UUID
+    waiting_task: uuid.UUID
     stop: threading.Event
 
 
@@ -101,11 +103,16 @@ def workload(admin: psycopg.Connection[Any], app_conninfo: str) -> Iterator[Work
         driver.batch_resolve("ledger", submitter, grant.id, grant.claim_epoch, status, f"rejected: {EVIL}")
     driver.schedule_set("nightly-report", "report", every=3600)
     driver.replica_register(counter=7)
+    # A paused kind with a hostile name, and a task of it waiting for another (nobody works
+    # on kind build) under a hostile limit key.
+    driver.task_kind_set(EVIL, paused=True, max_running=3)
+    build = driver.task_enqueue("build", {"n": 1})
+    waiting = driver.task_enqueue(EVIL, {"n": 2}, priority=7, limit_key=EVIL, after=[build.id])
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=_live, args=(app_conninfo, stop, ready), daemon=True)
     thread.start()
     assert ready.wait(20), "the workload did not start"
-    yield Workload(dead_task=enqueued.id, halted_batch=first.id, stop=stop)
+    yield Workload(dead_task=enqueued.id, halted_batch=first.id, waiting_task=waiting.id, stop=stop)
     stop.set()
     thread.join(10)
 
@@ -192,7 +199,12 @@ def _status(admin: psycopg.Connection[Any], task_id: uuid.UUID) -> str:
 def test_every_page_opens_in_a_browser_with_names_as_text(
     dashboard: DashboardServer, browser: webdriver.Chrome, workload: Workload, tmp_path: Path
 ) -> None:
-    for path in (*PAGES, f"/tasks/{workload.dead_task}"):
+    for path in (
+        *PAGES,
+        "/tasks?status=waiting",
+        f"/tasks/{workload.dead_task}",
+        f"/tasks/{workload.waiting_task}",
+    ):
         browser.get(dashboard.url + path)
         _no_alert(browser)
         name = path.strip("/").replace("/", "-") or "overview"
@@ -207,8 +219,10 @@ def test_every_page_opens_in_a_browser_with_names_as_text(
         "/heartbeat": "#types",
         "/claims": "#keyspaces",
         "/tasks": "#dead",
+        "/tasks?status=waiting": "#task-list",
         "/batches": "#halted",
         f"/tasks/{workload.dead_task}": "#task",
+        f"/tasks/{workload.waiting_task}": "#task",
     }
     for path, table in expected.items():
         browser.get(dashboard.url + path)
@@ -218,6 +232,10 @@ def test_every_page_opens_in_a_browser_with_names_as_text(
     problems = browser.find_element(By.ID, "problems").text
     assert "1 dead tasks" in problems and "1 batch keys halted" in problems
     assert "replica lock " in problems  # the registered lock nobody holds
+    assert browser.find_element(By.ID, "paused-kinds").text == f"1 kinds paused: {EVIL}"
+    browser.get(dashboard.url + "/tasks")
+    paused = browser.find_element(By.CSS_SELECTOR, "#kinds tr.paused").text
+    assert EVIL in paused and "PAUSED" in paused and "0 / 3" in paused
 
 
 def test_requeue_a_dead_task_through_sign_in_and_confirmation(
@@ -343,10 +361,194 @@ def test_every_page_is_json_at_the_same_path(dashboard: DashboardServer, workloa
 def test_the_html_carries_every_name_escaped(dashboard: DashboardServer, workload: Workload) -> None:
     """The HTML itself carries every hostile name escaped (the browser test sees the text)."""
     with httpx.Client(base_url=dashboard.url) as client:
-        for path in ("/heartbeat", "/claims", "/tasks", "/batches", f"/tasks/{workload.dead_task}"):
+        for path in (
+            "/heartbeat",
+            "/claims",
+            "/tasks",
+            "/tasks?status=waiting",
+            "/batches",
+            f"/tasks/{workload.dead_task}",
+            f"/tasks/{workload.waiting_task}",
+        ):
             html = client.get(path).text
             assert EVIL not in html, path
             assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html, path
+
+
+@dataclass
+class Controls:
+    parent: uuid.UUID  # pending, of kind build
+    children: list[uuid.UUID]  # waiting for parent, of kind deploy
+    leased: uuid.UUID  # of kind mail, leased
+    cancelled: uuid.UUID
+
+
+@pytest.fixture
+def controls(admin: psycopg.Connection[Any]) -> Controls:
+    """Kind mail limited (and one of its tasks leased), kind deploy paused, three tasks
+    waiting for one, a cancelled task."""
+    driver = Driver(admin)
+    driver.task_kind_set("mail", max_running=2, max_running_per_key=1, rate=10, rate_period=60)
+    driver.task_kind_set("deploy", paused=True)
+    leased = driver.task_enqueue("mail", {"to": "a"}, limit_key="customer-1", priority=5)
+    driver.task_enqueue("mail", {"to": "b"}, limit_key="customer-1")
+    (lease,) = driver.task_acquire(uuid.uuid4(), lease=300, kinds=["mail"], limit=5)
+    assert lease.id == leased.id
+    parent = driver.task_enqueue("build", {"n": 1})
+    children = [
+        driver.task_enqueue("deploy", {"n": n}, priority=n, limit_key=f"env-{n}", after=[parent.id]).id
+        for n in range(3)
+    ]
+    cancelled = driver.task_enqueue("build", {"n": 2})
+    assert driver.task_cancel(cancelled.id)
+    return Controls(parent=parent.id, children=children, leased=leased.id, cancelled=cancelled.id)
+
+
+@pytest.fixture
+def quiet_dashboard(app_conninfo: str) -> Iterator[DashboardServer]:
+    """A dashboard with actions over a database nobody else works on."""
+    with DashboardServer(app_conninfo, settings=Settings(token=TOKEN, refresh=0)) as server:
+        yield server
+
+
+def test_kinds_new_statuses_priority_and_dependencies_show(
+    quiet_dashboard: DashboardServer, controls: Controls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with httpx.Client(base_url=quiet_dashboard.url, params={"format": "json"}) as client:
+        kinds = {k["kind"]: k for k in client.get("/tasks").json()["kinds"]}
+        assert set(kinds) == {"mail", "deploy"}
+        mail, deploy = kinds["mail"], kinds["deploy"]
+        assert (mail["paused"], mail["max_running"], mail["running"]) == (False, 2, 1)
+        assert (mail["max_running_per_key"], mail["rate"], mail["rate_period"], mail["rate_used"]) == (
+            1,
+            10,
+            60.0,
+            1,
+        )
+        assert deploy["paused"] is True
+        waiting = client.get("/tasks", params={"status": "waiting"}).json()["list"]
+        # In the order they would be leased: highest priority first.
+        assert [t["id"] for t in waiting] == [str(c) for c in reversed(controls.children)]
+        assert [(t["priority"], t["limit_key"], t["after_left"]) for t in waiting] == [
+            (2, "env-2", 1),
+            (1, "env-1", 1),
+            (0, "env-0", 1),
+        ]
+        (cancelled,) = client.get("/tasks", params={"status": "cancelled"}).json()["list"]
+        assert cancelled["id"] == str(controls.cancelled) and cancelled["finished_at"] is not None
+        assert client.get("/tasks").json()["list"] == []  # no list unless a status is asked for
+        statuses = {(r["kind"], r["status"]) for r in client.get("/tasks").json()["status"]}
+        assert {("deploy", "waiting"), ("build", "cancelled")} <= statuses
+        bad = client.get("/tasks", params={"status": "stuck"})
+        assert bad.status_code == 400
+        assert bad.json() == {
+            "error": "status must be one of pending, waiting, done, dead, cancelled, got 'stuck'"
+        }
+        child = client.get(f"/tasks/{controls.children[1]}").json()
+        assert (child["task"]["status"], child["task"]["priority"], child["task"]["limit_key"]) == (
+            "waiting",
+            1,
+            "env-1",
+        )
+        assert child["after"] == [
+            {"id": str(controls.parent), "kind": "build", "status": "pending", "finished_at": None}
+        ]
+        assert child["dependents"] == []
+        parent = client.get(f"/tasks/{controls.parent}").json()
+        assert parent["after"] == []
+        assert [d["id"] for d in parent["dependents"]] == sorted(str(c) for c in controls.children)
+        assert {d["status"] for d in parent["dependents"]} == {"waiting"}
+        overview = client.get("/").json()
+        assert overview["tasks"]["waiting"] == 3
+        assert overview["task_kinds"] == {"kinds": 2, "paused": 1, "paused_kinds": ["deploy"], "at_limit": 0}
+        # Each list stays one page: the dependents and the waiting tasks, two rows a page.
+        monkeypatch.setattr(data, "PAGE_SIZE", 2)
+        first = client.get(f"/tasks/{controls.parent}").json()
+        second = client.get(f"/tasks/{controls.parent}", params={"page": 2}).json()
+        assert len(first["dependents"]) == 2 and first["page"]["more"] is True
+        assert len(second["dependents"]) == 1 and second["page"]["more"] is False
+        shown = [d["id"] for d in first["dependents"] + second["dependents"]]
+        assert shown == sorted(str(c) for c in controls.children)
+        assert len(client.get("/tasks", params={"status": "waiting"}).json()["list"]) == 2
+        # The HTML says it plainly.
+        client.params = httpx.QueryParams()
+        html = client.get("/tasks").text
+        assert '<tr class="paused">' in html and "PAUSED" in html
+        assert "1 / 2" in html and "1 / 10 per 60.0 s" in html
+        assert 'href="/actions/kind-resume?kind=deploy"' in html  # offered; it asks to sign in first
+        task_html = client.get(f"/tasks/{controls.children[0]}").text
+        assert (
+            'id="task-limit-key">env-0<' in task_html
+            and "waiting for 1 of the tasks it runs after" in task_html
+        )
+        assert f'href="/tasks/{controls.parent}"' in task_html
+        assert f'href="/actions/task-cancel?id={controls.children[0]}"' in task_html
+
+
+def _confirm(client: httpx.Client, action: str, **params: str) -> httpx.Response:
+    """Open an action's confirmation page and post its form, as the browser does."""
+    page = client.get(f"/actions/{action}", params=params)
+    assert page.status_code == 200, page.text
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', page.text)
+    assert found, "no CSRF value on the confirmation page"
+    return client.post(f"/actions/{action}", data={**params, "csrf": found[1]})
+
+
+def _kind_paused(admin: psycopg.Connection[Any], kind: str) -> bool | None:
+    row = admin.execute("SELECT paused FROM tenure.task_kinds WHERE kind = %s", (kind,)).fetchone()
+    return None if row is None else bool(row[0])
+
+
+def test_cancel_a_task_and_pause_and_resume_a_kind(
+    quiet_dashboard: DashboardServer, controls: Controls, admin: psycopg.Connection[Any]
+) -> None:
+    with httpx.Client(base_url=quiet_dashboard.url, headers={"Origin": quiet_dashboard.url}) as client:
+        assert client.post("/login", data={"token": TOKEN}).status_code == 303
+        # A waiting task: cancelled, and the page says so.
+        child = controls.children[0]
+        page = client.get(f"/actions/task-cancel?id={child}")
+        assert f"Task {child} is cancelled" in page.text and _status(admin, child) == "waiting"
+        done = _confirm(client, "task-cancel", id=str(child))
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/tasks/{child}?")
+        assert _status(admin, child) == "cancelled"
+        shown = client.get(done.headers["location"]).text
+        assert f"task {child} cancelled" in shown and 'id="cancel"' not in shown
+        # Again: nothing to do, said so (409 to a script).
+        again = client.post(
+            "/actions/task-cancel",
+            data={"id": str(child)},
+            headers={"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"},
+        )
+        assert again.status_code == 409
+        assert again.json() == {
+            "action": "task-cancel",
+            "ok": False,
+            "message": f"task {child} had already finished: left as it is",
+        }
+        # A leased task: cancelled too, its epoch over.
+        assert _confirm(client, "task-cancel", id=str(controls.leased)).status_code == 303
+        assert _status(admin, controls.leased) == "cancelled"
+        # The task it names must exist; the id must be one.
+        unknown = uuid.uuid4()
+        missing = _confirm(client, "task-cancel", id=str(unknown))
+        assert missing.status_code == 400 and str(unknown) in missing.text
+        assert _confirm(client, "task-cancel", id="x").status_code == 400
+        # Cancelling the task the others wait for makes them dead (what the SQL does), shown.
+        assert _confirm(client, "task-cancel", id=str(controls.parent)).status_code == 303
+        assert {_status(admin, c) for c in controls.children[1:]} == {"dead"}
+        # Kinds: resume the paused one, pause one without settings, then resume it.
+        resumed = _confirm(client, "kind-resume", kind="deploy")
+        assert resumed.status_code == 303 and resumed.headers["location"].startswith("/tasks?kind=deploy&")
+        assert _kind_paused(admin, "deploy") is not True
+        assert _kind_paused(admin, "build") is None
+        assert 'href="/actions/kind-pause?kind=build"' in client.get("/tasks", params={"kind": "build"}).text
+        paused = _confirm(client, "kind-pause", kind="build")
+        assert paused.status_code == 303 and _kind_paused(admin, "build") is True
+        assert "kind build paused" in client.get(paused.headers["location"]).text
+        assert _confirm(client, "kind-resume", kind="build").status_code == 303
+        assert _kind_paused(admin, "build") is not True
+        blank = _confirm(client, "kind-pause", kind=" ")
+        assert blank.status_code == 400 and "kind must not be empty" in blank.text
 
 
 @pytest.fixture

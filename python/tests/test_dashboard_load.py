@@ -45,6 +45,8 @@ PATHS = (
     "/",
     "/tasks",
     "/tasks?page=2",
+    "/tasks?status=pending",
+    "/tasks?status=dead&page=3",
     f"/tasks/{BIG_TASK}",
     "/claims",
     "/heartbeat",

@@ -151,6 +151,61 @@ def test_a_cross_origin_post_is_refused_even_with_cookie_and_csrf(
     assert _status(admin, dead_task) == "pending"
 
 
+def _state(admin: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Everything the task controls could change: each task's status, each kind's settings."""
+    tasks = admin.execute("SELECT id, status, epoch FROM tenure.task ORDER BY id").fetchall()
+    kinds = admin.execute("SELECT kind, paused, changed_at FROM tenure.task_kinds ORDER BY kind").fetchall()
+    return [*tasks, *kinds]
+
+
+@pytest.mark.parametrize("action", ["task-cancel", "kind-pause", "kind-resume"])
+def test_task_controls_are_refused_without_sign_in_csrf_or_same_origin(
+    dashboard: DashboardServer, admin: psycopg.Connection[Any], action: str
+) -> None:
+    driver = Driver(admin)
+    driver.task_kind_set("paused-kind", paused=True)
+    pending = driver.task_enqueue("security", {"n": 2})
+    form = {"id": str(pending.id)} if action == "task-cancel" else {}
+    form["kind"] = "paused-kind" if action == "kind-resume" else "security"
+    before = _state(admin)
+    here = dashboard.url
+    with httpx.Client(base_url=dashboard.url) as client:
+        attempts = [
+            ("not signed in", {"Origin": here}, form),
+            (
+                "a wrong bearer token",
+                {"Origin": here, "Authorization": "Bearer operator-token-wrong-one"},
+                form,
+            ),
+        ]
+        for why, headers, data_ in attempts:
+            refused = client.post(f"/actions/{action}", data=data_, headers=headers)
+            assert refused.status_code == 403, why
+        csrf = _sign_in(client)
+        signed_attempts = [
+            ("no CSRF field", {"Origin": here}, form),
+            ("a wrong CSRF field", {"Origin": here}, {**form, "csrf": "0" * 64}),
+            ("another origin", {"Origin": "http://evil.example"}, {**form, "csrf": csrf}),
+            ("another site", {"Sec-Fetch-Site": "cross-site"}, {**form, "csrf": csrf}),
+            ("no origin at all", {}, {**form, "csrf": csrf}),
+            (
+                "a bearer from another origin",
+                {"Origin": "http://evil.example", "Authorization": f"Bearer {TOKEN}"},
+                form,
+            ),
+        ]
+        for why, headers, data_ in signed_attempts:
+            refused = client.post(f"/actions/{action}", data=data_, headers=headers)
+            assert refused.status_code == 403 and "refused" in refused.text, why
+        # A GET only shows the confirmation: it changes nothing either.
+        assert client.get(f"/actions/{action}", params=form).status_code == 200
+        assert _state(admin) == before
+        # The same post from the dashboard's own page acts: the refusals above were the checks.
+        done = client.post(f"/actions/{action}", data={**form, "csrf": csrf}, headers={"Origin": here})
+        assert done.status_code == 303, done.text
+    assert _state(admin) != before
+
+
 def test_a_cookie_replayed_after_sign_out_is_refused(
     dashboard: DashboardServer, dead_task: uuid.UUID, admin: psycopg.Connection[Any]
 ) -> None:

@@ -49,7 +49,7 @@ from tenure import (
 )
 from tenure.cli import build_parser
 from tenure.cli import main as cli
-from tenure.cli.maintain import duration
+from tenure.cli.common import duration
 from tenure.driver import PRUNE_HISTORIES
 from tenure.testing.aio import Flavour
 from tenure.testing.child import ChildProcess

@@ -1,23 +1,30 @@
-"""Every runtime's Prometheus metrics, read over HTTP as a Prometheus server would."""
+"""Every runtime's Prometheus metrics, read over HTTP as a Prometheus server would, and the
+task gauges of the database that only the elected maintainer exports."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenure import Driver, Elector
+from tenure import Driver, Elector, Maintainer
+from tenure.driver import TaskKind, TaskStatus
 from tenure.http.primary import PrimaryEndpoint
 from tenure.http.replica import ReplicaServer
 from tenure.metrics import Metrics, MetricsServer
 from tenure.runtime.batches import SubmissionPool
 from tenure.runtime.claims import Claimer
+from tenure.runtime.maintain import MAINTAIN_TYPE as UTYPE
 from tenure.runtime.replicas import ReplicaManager
 from tenure.runtime.tasks import Complete, Task, TaskWorker
+from tenure.testing.aio import Flavour
 from tenure.testing.ledger import SimulatedLedger
 
 
@@ -120,3 +127,125 @@ def test_replica_metrics_on_its_endpoint(app_conninfo: str) -> None:
     assert samples[("tenure_replica_active", lock)] == 1
     assert samples[("tenure_replica_epoch", lock)] >= 1
     assert samples[("tenure_replica_activations_total", lock)] == 1
+
+
+def task_gauges(metrics: Metrics, kind: str) -> dict[str, float]:
+    """The task gauges of ``kind`` this registry exports now: metric name (status after a
+    colon for tenure_tasks) -> value."""
+    found = {}
+    for family in metrics.registry.collect():
+        for s in family.samples:
+            if s.labels.get("kind") == kind and not s.name.endswith(("_total", "_created")):
+                name = f"{s.name}:{s.labels['status']}" if "status" in s.labels else s.name
+                found[name] = s.value
+    return found
+
+
+def test_task_gauges_keep_every_status_and_drop_what_has_gone() -> None:
+    metrics = Metrics()
+    now = datetime.now(UTC)
+    statuses = [
+        TaskStatus("mail", "new", "pending", 3, 1, 2, timedelta(seconds=4), 0),
+        TaskStatus("mail", "sent", "pending", 1, 0, 1, timedelta(seconds=1), 1),
+        TaskStatus("mail", "new", "waiting", 2, 0, 0, None, 0),
+    ]
+    limited = TaskKind("mail", True, 5, 1, 10, timedelta(minutes=1), 1, 3, 4, now)
+    metrics.task_gauges(statuses, [limited])
+    assert task_gauges(metrics, "mail") == {
+        "tenure_tasks:pending": 4,
+        "tenure_tasks:waiting": 2,
+        "tenure_tasks:done": 0,
+        "tenure_tasks:dead": 0,
+        "tenure_tasks:cancelled": 0,
+        "tenure_tasks_due": 3,
+        "tenure_task_kind_paused": 1,
+        "tenure_task_kind_running": 1,
+        "tenure_task_kind_max_running": 5,
+        "tenure_task_kind_max_running_per_key": 1,
+        "tenure_task_kind_rate": 10,
+        "tenure_task_kind_rate_period_seconds": 60,
+        "tenure_task_kind_rate_used": 4,
+    }
+    unlimited = dataclasses.replace(limited, paused=False, max_running=None, rate=None, rate_period=None)
+    metrics.task_gauges([dataclasses.replace(statuses[0], status="cancelled")], [unlimited])
+    assert task_gauges(metrics, "mail") == {
+        "tenure_tasks:pending": 0,
+        "tenure_tasks:waiting": 0,
+        "tenure_tasks:done": 0,
+        "tenure_tasks:dead": 0,
+        "tenure_tasks:cancelled": 3,
+        "tenure_tasks_due": 2,
+        "tenure_task_kind_paused": 0,
+        "tenure_task_kind_running": 1,
+        "tenure_task_kind_max_running_per_key": 1,
+    }, "a limit removed loses its series, and a rate_used without a rate means nothing"
+    metrics.task_gauges([], [])
+    assert task_gauges(metrics, "mail") == {}, "a kind gone from the database is gone from the gauges"
+
+
+def test_the_elected_maintainer_exports_the_task_gauges_and_a_standby_none(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
+    driver = Driver(admin)
+    first = driver.task_enqueue("gauged", {"n": 1})
+    driver.task_enqueue("gauged", {"n": 2}, priority=5)
+    driver.task_enqueue("gauged", {"n": 3}, after=[first.id])
+    cancelled = driver.task_enqueue("gauged", {"n": 4})
+    assert driver.task_cancel(cancelled.id)
+    driver.task_kind_set("gauged", max_running=2, rate=10, rate_period=60)
+    (lease,) = driver.task_acquire(uuid.uuid4(), lease=60, kinds=["gauged"])
+    assert lease.data == {"n": 2}, "the higher priority first"
+    driver.task_kind_set("gauged", paused=True)
+    expected = {
+        "tenure_tasks:pending": 2,
+        "tenure_tasks:waiting": 1,
+        "tenure_tasks:done": 0,
+        "tenure_tasks:dead": 0,
+        "tenure_tasks:cancelled": 1,
+        "tenure_tasks_due": 1,
+        "tenure_task_kind_paused": 1,
+        "tenure_task_kind_running": 1,
+        "tenure_task_kind_max_running": 2,
+        "tenure_task_kind_rate": 10,
+        "tenure_task_kind_rate_period_seconds": 60,
+        "tenure_task_kind_rate_used": 1,
+    }
+    options: dict[str, Any] = {
+        "gauges_every": 0.1,
+        "retention_every": 3600.0,
+        "interval": 0.3,
+        "timeout": 1.0,
+    }
+    first_maintainer = flavour(Maintainer, app_conninfo, name="g1", **options)
+    second_maintainer = flavour(Maintainer, app_conninfo, name="g2", **options)
+    with first_maintainer, second_maintainer, MetricsServer(first_maintainer.metrics) as first_server:
+        assert wait_for(lambda: first_maintainer.is_primary() or second_maintainer.is_primary())
+        active, standby = (
+            (first_maintainer, second_maintainer)
+            if first_maintainer.is_primary()
+            else (second_maintainer, first_maintainer)
+        )
+        assert wait_for(lambda: task_gauges(active.metrics, "gauged") == expected), task_gauges(
+            active.metrics, "gauged"
+        )
+        assert task_gauges(standby.metrics, "gauged") == {}, "one exporter per database"
+        if active is first_maintainer:  # as Prometheus reads them
+            samples = scrape(first_server.url)
+            assert samples[("tenure_tasks", (("kind", "gauged"), ("status", "waiting")))] == 1
+
+        driver.task_kind_set("gauged", paused=False, max_running=0)
+        assert wait_for(lambda: task_gauges(active.metrics, "gauged").get("tenure_task_kind_paused") == 0)
+        assert "tenure_task_kind_max_running" not in task_gauges(active.metrics, "gauged")
+
+        # Someone else is elected: both are standbys, and neither exports the database's gauges.
+        outsider = uuid.uuid4()
+        with admin.transaction():
+            driver.heartbeat_resign(active.instance_id, UTYPE)
+            driver.update_heartbeat(outsider, UTYPE, timeout=1.0, interval=0.3)
+        end = time.monotonic() + 20
+        while task_gauges(active.metrics, "gauged") and time.monotonic() < end:
+            driver.update_heartbeat(outsider, UTYPE, timeout=1.0, interval=0.3)
+            time.sleep(0.2)
+        assert task_gauges(active.metrics, "gauged") == {}, "a demoted maintainer keeps no stale gauges"
+        assert not active.is_primary() and not standby.is_primary()
+        assert task_gauges(standby.metrics, "gauged") == {}

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -31,14 +32,19 @@ def subcommands(
     *,
     run: Run | None = None,
     options: Callable[[argparse.ArgumentParser], None] | None = None,
+    groups: Collection[str] = (),
 ) -> Command:
     """A group of subcommands under ``parent`` (``tenure task enqueue`` ...): each gets its
     example from ``examples``, the --db option, the group's own ``options`` and, when
-    given, the group's ``run`` (a subcommand may set its own)."""
+    given, the group's ``run`` (a subcommand may set its own). The names in ``groups``
+    are groups of their own (``tenure task kind set``): they get only their example, and
+    their subcommands the rest."""
     group = parent.add_subparsers(dest=dest, required=True, metavar=dest.upper())
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
         sub = group.add_parser(name, help=help, description=help, epilog=examples[name])
+        if name in groups:
+            return sub
         db_option(sub)
         if options is not None:
             options(sub)
@@ -55,6 +61,53 @@ def address(text: str) -> tuple[str, int]:
     if not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 0 to 65535, got {text!r}")
     return host or "127.0.0.1", int(port)
+
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> timedelta:
+    """A duration or age such as ``7d``, ``12h``, ``30m``, ``90s`` or a number of seconds."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 7d, 12h, 30m, 90s or seconds, got {text!r}"
+        )
+    return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
+
+
+def cell(value: object) -> str:
+    """A value in a text table: "-" for none, times to the second, booleans as yes and no."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def text_table(columns: Sequence[str], rows: Iterable[dict[str, object]]) -> str:
+    """Rows as a text table under a header of their column names, one line per row."""
+    lines = [list(columns), *([cell(row[column]) for column in columns] for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def integer(text: str) -> int:
+    """A whole number that fits PostgreSQL's integer, which every count, limit and priority
+    of tenure's functions is (a larger one would reach no function at all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from -2147483648 to 2147483647, got {text}"
+        )
+    return value
 
 
 @contextmanager

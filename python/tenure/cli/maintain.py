@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
-from datetime import timedelta
 
-from tenure.cli.common import Command, address, metrics_server, say
+from tenure.cli.common import Command, address, duration, metrics_server, say
 from tenure.runtime.maintain import MAINTAIN_TYPE, Maintainer, Retention
 from tenure.runtime.shutdown import wait_for_shutdown
-
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration(text: str) -> timedelta:
-    """An age such as ``7d``, ``12h``, ``30m``, ``90s`` or a number of seconds."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if found is None:
-        raise argparse.ArgumentTypeError(
-            f"expected an age such as 7d, 12h, 30m, 90s or seconds, got {text!r}"
-        )
-    return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -37,6 +23,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         tick_every=args.tick_every,
         retention_every=args.retention_every,
         retention=retention,
+        gauges_every=args.gauges_every,
         interval=args.interval,
         timeout=args.timeout,
         name=args.name,
@@ -67,6 +54,13 @@ def register(command: Command) -> None:
     maintain.add_argument("--tick-every", type=float, default=1.0, help="seconds between schedule ticks (1)")
     maintain.add_argument(
         "--retention-every", type=float, default=60.0, help="seconds between retention runs (60)"
+    )
+    maintain.add_argument(
+        "--gauges-every",
+        type=float,
+        default=15.0,
+        help="seconds between reads of the task gauges for --metrics: tasks per kind and status, each "
+        "kind's settings against its use (15; 0: none)",
     )
     maintain.add_argument("--task-age", type=duration, default="7d", help="finished tasks older than (7d)")
     maintain.add_argument("--batch-age", type=duration, default="7d", help="resolved batches older than (7d)")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from datetime import datetime
 
-from tenure.cli.common import Command, admin_connection, subcommands
+from tenure.cli.common import Command, admin_connection, cell, subcommands, text_table
 from tenure.driver import Driver, ScheduleInfo, ScheduleRow
 
 EXAMPLES = {
@@ -28,30 +27,13 @@ def _when(row: ScheduleRow | ScheduleInfo) -> str:
     return f"every {int(row.every.total_seconds())} s" if row.every is not None else "-"
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.isoformat(timespec="seconds")
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
 def table(rows: list[ScheduleRow]) -> str:
     """The schedules as a text table, one line per schedule."""
-    lines = [list(COLUMNS)]
-    for row in rows:
-        values = {**dataclasses.asdict(row), "when": _when(row)}
-        lines.append([_cell(values[column]) for column in COLUMNS])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+    return text_table(COLUMNS, ({**dataclasses.asdict(row), "when": _when(row)} for row in rows))
 
 
 def _info_line(verb: str, info: ScheduleInfo) -> str:
-    state = "paused" if info.paused else f"next slot {_cell(info.next_slot)}"
+    state = "paused" if info.paused else f"next slot {cell(info.next_slot)}"
     return f"schedule {info.name} {verb}: kind {info.kind}, {_when(info)} {info.timezone}, {state}"
 
 

@@ -2,7 +2,7 @@
 
 Every section is one view, so the same picture is a ``SELECT * FROM tenure.<view>``
 away in psql: heartbeat_status, replicas, claim_keyspaces, claim_instances, task_status,
-batch_queues.
+task_kinds, batch_queues.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ SECTIONS = {
     "claim_keyspaces": "claim_keyspaces",
     "claim_instances": "claim_instances",
     "tasks": "task_status",
+    "task_kinds": "task_kinds",
     "batch_queues": "batch_queues",
 }
 
@@ -131,12 +132,18 @@ def render(status: Status) -> str:
     lines += ["", "tasks (kind, state, status: count, leased, due, oldest due)"]
     for r in s["tasks"]:
         lines.append(
-            f"  {r['kind']:<16} {r['state']:<14} {r['status']:<8} {r['tasks']:>7}  leased {r['leased']:>5}  "
+            f"  {r['kind']:<16} {r['state']:<14} {r['status']:<9} {r['tasks']:>7}  leased {r['leased']:>5}  "
             f"due {r['due']:>6}  oldest due {_age(r['oldest_due_age'])}"
             f"{'  DEAD' if r['status'] == 'dead' else ''}"
         )
     if not s["tasks"]:
         lines.append("  (no tasks)")
+
+    lines += ["", "task kinds (paused or limited: running against the limits)"]
+    for r in s["task_kinds"]:
+        lines.append(f"  {r['kind']:<16} {_kind_settings(r)}")
+    if not s["task_kinds"]:
+        lines.append("  (no kind paused or limited)")
 
     lines += ["", "batch queues"]
     for r in s["batch_queues"]:
@@ -149,6 +156,18 @@ def render(status: Status) -> str:
     if not s["batch_queues"]:
         lines.append("  (no batches)")
     return "\n".join(lines)
+
+
+def _kind_settings(r: dict[str, Any]) -> str:
+    parts = ["PAUSED"] if r["paused"] else []
+    limit = f" of {r['max_running']}" if r["max_running"] is not None else ""
+    parts.append(f"running {r['running']}{limit}")
+    if r["max_running_per_key"] is not None:
+        parts.append(f"per key {r['max_running_per_key']}")
+    if r["rate"] is not None:
+        parts.append(f"rate {r['rate_used']} of {r['rate']} per {_age(r['rate_period'])}")
+    parts.append(f"due {r['due']}")
+    return "  ".join(parts)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -167,7 +186,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def register(command: Command) -> None:
-    status = command("status", "one screen of primaries, claims, tasks and batch queues, from tenure's views")
+    status = command(
+        "status", "one screen of primaries, claims, tasks, task kinds and batch queues, from tenure's views"
+    )
     status.add_argument(
         "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted"
     )

@@ -176,6 +176,24 @@ def _eject(driver: Driver, p: dict[str, str]) -> Outcome:
     )
 
 
+def _cancel(driver: Driver, p: dict[str, str]) -> Outcome:
+    task_id = _uuid(p, "id")
+    back = f"/tasks/{task_id}"
+    if driver.task_cancel(task_id):
+        return Outcome(True, f"task {task_id} cancelled", back)
+    return Outcome(False, f"task {task_id} had already finished: left as it is", back)
+
+
+def _kind(pause: bool) -> Callable[[Driver, dict[str, str]], Outcome]:
+    def run(driver: Driver, p: dict[str, str]) -> Outcome:
+        kind = _text(p, "kind")
+        settings = driver.task_kind_set(kind, paused=pause)
+        back = f"/tasks?{urlencode({'kind': kind})}"
+        return Outcome(True, f"kind {kind} {'paused' if settings.paused else 'resumed'}", back)
+
+    return run
+
+
 def _purge(driver: Driver, p: dict[str, str]) -> Outcome:
     older = _seconds(p, "older_than")
     dead = _flag(p, "include_dead")
@@ -220,11 +238,34 @@ ACTIONS: dict[str, Action] = {
         ),
         _eject,
     ),
+    "task-cancel": Action(
+        "Cancel a task",
+        ("id",),
+        lambda p: (
+            f"Task {p.get('id')} is cancelled: if it waits or is due it never runs; if it is leased, its "
+            "holder's outcome and fenced writes are refused from now on. Tasks that run after it die."
+        ),
+        _cancel,
+    ),
+    "kind-pause": Action(
+        "Pause a kind",
+        ("kind",),
+        lambda p: (
+            f"No task of kind {p.get('kind')} is leased until the kind is resumed; the leased ones run on."
+        ),
+        _kind(pause=True),
+    ),
+    "kind-resume": Action(
+        "Resume a kind",
+        ("kind",),
+        lambda p: f"Tasks of kind {p.get('kind')} are leased again, within the kind's limits.",
+        _kind(pause=False),
+    ),
     "task-purge": Action(
         "Purge finished tasks",
         ("older_than", "include_dead"),
         lambda p: (
-            f"Tasks done more than {p.get('older_than')} s ago are deleted"
+            f"Tasks done or cancelled more than {p.get('older_than')} s ago are deleted"
             + (", dead ones too." if _flag(p, "include_dead") else " (dead ones stay).")
         ),
         _purge,
@@ -299,7 +340,13 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        environment.globals.update(timeline=charts.timeline, bars=charts.bars, colour=charts.colour)
+        environment.globals.update(
+            timeline=charts.timeline,
+            bars=charts.bars,
+            colour=charts.colour,
+            task_statuses=data.STATUSES,
+            unfinished=data.UNFINISHED,
+        )
         environment.filters.update(age=_age, short=_short, when=_when, with_page=_with_page)
         self.templates = Jinja2Templates(env=environment)
         self.app: ASGIApp = Starlette(
@@ -396,9 +443,10 @@ class Dashboard:
         try:
             window = data.window_of(request.query_params.get("window"), self.settings.window)
             page = data.page_of(request.query_params.get("page"))
+            status = data.status_of(request.query_params.get("status"))
         except ValueError as bad:
             return self.error(request, 400, str(bad))
-        found = self.read(lambda reader: data.tasks(reader, window, kind=kind), page=page)
+        found = self.read(lambda reader: data.tasks(reader, window, kind=kind, status=status), page=page)
         return self.render(
             request, "tasks.html", {"data": found, "window": window, "refresh": self.settings.refresh}
         )
@@ -557,7 +605,8 @@ class Dashboard:
                 status_code=200 if outcome.ok else 409,
             )
         query = urlencode({"flash": outcome.message, "ok": "1" if outcome.ok else "0"})
-        return RedirectResponse(f"{outcome.back}?{query}", status_code=303)
+        joint = "&" if "?" in outcome.back else "?"
+        return RedirectResponse(f"{outcome.back}{joint}{query}", status_code=303)
 
 
 def _wants_json(request: Request) -> bool:

@@ -36,6 +36,9 @@ EXCERPT = 2000
 CHART_ROWS = 1200
 # Names listed in one line of the overview's problems.
 NAMES_SHOWN = 20
+# A task's statuses: the unfinished ones first (a cancelled task is finished).
+STATUSES = ("pending", "waiting", "done", "dead", "cancelled")
+UNFINISHED = ("pending", "waiting")
 # What the statements of one page may take together, by the server's statement_timeout:
 # a page that takes longer is cancelled (the dashboard answers 503) rather than left to
 # hold a connection while requests pile up behind it.
@@ -143,10 +146,18 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
     tasks = reader.one(
         "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, "
         "count(*) FILTER (WHERE leased) AS leased, count(*) FILTER (WHERE due) AS due, "
+        "count(*) FILTER (WHERE status = 'waiting') AS waiting, "
         "count(*) FILTER (WHERE status = 'dead') AS dead, "
         "count(*) FILTER (WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now()) "
         "AS leases_past_due, now() - min(next_action) FILTER (WHERE due) AS oldest_due_age "
         "FROM tenure.tasks"
+    )
+    kinds = reader.one(
+        "SELECT count(*) AS kinds, count(*) FILTER (WHERE paused) AS paused, "
+        "coalesce((array_agg(kind ORDER BY kind) FILTER (WHERE paused))[:%s], '{}') AS paused_kinds, "
+        "count(*) FILTER (WHERE max_running > 0 AND running >= max_running) AS at_limit "
+        "FROM tenure.task_kinds",
+        (NAMES_SHOWN,),
     )
     batches = reader.one(
         "SELECT count(*) AS queues, coalesce(sum(queued), 0)::bigint AS queued, "
@@ -193,6 +204,7 @@ def overview(reader: Reader, window: timedelta) -> dict[str, Any]:
         "replicas": replicas,
         "claims": claims,
         "tasks": tasks,
+        "task_kinds": kinds,
         "batches": batches,
         "schedules": schedules,
         "problems": problems,
@@ -245,50 +257,79 @@ def claims(reader: Reader, window: timedelta) -> dict[str, Any]:
     }
 
 
-def tasks(reader: Reader, window: timedelta, *, kind: str | None = None) -> dict[str, Any]:
-    """Tasks by kind, state and status; leases past due; dead tasks with their last error;
-    leases granted and tasks finished over the window."""
-    return {
+def tasks(
+    reader: Reader, window: timedelta, *, kind: str | None = None, status: str | None = None
+) -> dict[str, Any]:
+    """Tasks by kind, state and status; each kind's settings (paused, its limits and how
+    much of them is in use); leases past due; dead tasks with their last error; with
+    ``status``, the tasks of that status (unfinished ones in the order they are leased:
+    highest priority, then oldest due first; finished ones latest first); leases granted
+    and tasks finished over the window."""
+    by_kind = {"kind": kind}
+    found: dict[str, Any] = {
         "kind": kind,
+        "status_filter": status,
         "status": reader.page_rows(
             "SELECT * FROM tenure.task_status WHERE %(kind)s::text IS NULL OR kind = %(kind)s "
             "ORDER BY kind, state, status",
-            {"kind": kind},
+            by_kind,
+        ),
+        "kinds": reader.page_rows(
+            "SELECT kind, paused, max_running, max_running_per_key, rate, rate_period, running, due, "
+            "rate_used, changed_at FROM tenure.task_kinds "
+            "WHERE %(kind)s::text IS NULL OR kind = %(kind)s ORDER BY kind",
+            by_kind,
         ),
         "past_due": reader.page_rows(
-            "SELECT id, kind, state, owner, epoch, attempts, now() - next_action AS overdue_by "
-            "FROM tenure.tasks "
+            "SELECT id, kind, state, owner, epoch, attempts, priority, limit_key, "
+            "now() - next_action AS overdue_by FROM tenure.tasks "
             "WHERE status = 'pending' AND owner IS NOT NULL AND next_action < now() "
             "AND (%(kind)s::text IS NULL OR kind = %(kind)s) ORDER BY next_action",
-            {"kind": kind},
+            by_kind,
         ),
         "dead": reader.page_rows(
-            "SELECT id, kind, state, attempts, max_attempts, left(last_error, %(excerpt)s) AS last_error, "
+            "SELECT id, kind, state, attempts, max_attempts, priority, limit_key, "
+            "left(last_error, %(excerpt)s) AS last_error, "
             "length(last_error) AS last_error_length, finished_at FROM tenure.tasks "
             "WHERE status = 'dead' AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
             "ORDER BY finished_at DESC",
-            {"kind": kind, "excerpt": EXCERPT // 4},
+            {**by_kind, "excerpt": EXCERPT // 4},
         ),
         "leases": _buckets(reader, "tenure.task_leases", "leased_at", "how", window),
         "finished": _buckets(
             reader,
+            # a waiting task has no finished_at: out of the window like a pending one
             "(SELECT * FROM tenure.tasks WHERE status <> 'pending') t",
             "finished_at",
             "status",
             window,
         ),
+        "list": [],
     }
+    if status is not None:
+        order = "priority DESC, next_action, id" if status in UNFINISHED else "finished_at DESC, id"
+        found["list"] = reader.page_rows(
+            "SELECT id, kind, state, status, priority, limit_key, after_left, attempts, max_attempts, "
+            "owner, leased, due, next_action, finished_at, "
+            "left(last_error, %(excerpt)s) AS last_error, length(last_error) AS last_error_length "
+            "FROM tenure.tasks WHERE status = %(status)s AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
+            f"ORDER BY {order}",
+            {**by_kind, "status": status, "excerpt": EXCERPT // 4},
+        )
+    return found
 
 
 def task(reader: Reader, task_id: UUID) -> dict[str, Any]:
-    """One task and its leases (a page of them, latest first). Its data and last error are
+    """One task, its leases (a page of them, latest first), the tasks it runs after and the
+    tasks that run after it (a page of each), with their status. Its data and last error are
     excerpts of :data:`EXCERPT` characters, with their full size and the command that
     prints them whole."""
     found = reader.rows(
         "SELECT id, kind, state, status, owner, epoch, left(data::text, %(excerpt)s) AS data_excerpt, "
         "octet_length(data::text) AS data_bytes, attempts, max_attempts, "
         "left(last_error, %(excerpt)s) AS last_error, length(last_error) AS last_error_length, "
-        "idempotency_key, created_at, last_change, next_action, leased_at, finished_at, leased, due "
+        "idempotency_key, priority, limit_key, after_left, "
+        "created_at, last_change, next_action, leased_at, finished_at, leased, due "
         "FROM tenure.tasks WHERE id = %(id)s",
         {"id": task_id, "excerpt": EXCERPT},
     )
@@ -304,7 +345,19 @@ def task(reader: Reader, task_id: UUID) -> dict[str, Any]:
         "WHERE task_id = %(id)s ORDER BY epoch DESC",
         {"id": task_id},
     )
-    return {"task": row, "leases": leases[::-1]}
+    # What it waits for, the ones not done first; and what waits for it.
+    after = reader.page_rows(
+        "SELECT d.after_id AS id, t.kind, d.after_status AS status, t.finished_at "
+        "FROM tenure.task_dependencies d LEFT JOIN tenure.tasks t ON t.id = d.after_id "
+        "WHERE d.task_id = %(id)s ORDER BY d.after_status IS DISTINCT FROM 'done' DESC, d.after_id",
+        {"id": task_id},
+    )
+    dependents = reader.page_rows(
+        "SELECT d.task_id AS id, t.kind, t.status, t.after_left FROM tenure.task_dependencies d "
+        "JOIN tenure.tasks t ON t.id = d.task_id WHERE d.after_id = %(id)s ORDER BY d.task_id",
+        {"id": task_id},
+    )
+    return {"task": row, "leases": leases[::-1], "after": after, "dependents": dependents}
 
 
 def batches(reader: Reader, window: timedelta) -> dict[str, Any]:
@@ -360,6 +413,15 @@ def window_of(text: str | None, default: timedelta) -> timedelta:
     if not 60 <= seconds <= 7 * 86400:
         raise ValueError(f"window must be from 60 to 604800 seconds, got {seconds}")
     return timedelta(seconds=seconds)
+
+
+def status_of(text: str | None) -> str | None:
+    """The status a task list shows, from ?status= (none: no list)."""
+    if text is None or text == "":
+        return None
+    if text not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {text[:40]!r}")
+    return text
 
 
 def page_of(text: str | None) -> int:

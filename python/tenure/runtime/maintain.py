@@ -14,6 +14,11 @@ idempotent per (schedule, slot) whoever calls it, however many at once. The elec
 keeps the work in one place, and a standby takes over within T + I of a crash; with
 the catch-up policy ``'all'`` the slots missed meanwhile are created then.
 
+While elected it also reads ``tenure.task_status`` and ``tenure.task_kinds`` every
+``gauges_every`` seconds into its metrics' task gauges (tasks per kind and status, each
+kind's settings against its use): one instance per database exports them, and a standby
+removes its own.
+
 The schedules themselves are declared in Python with :mod:`tenure.runtime.schedules`.
 """
 
@@ -31,7 +36,7 @@ from typing import Any, Self
 import psycopg
 
 from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
-from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleSlot
+from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleSlot, TaskKind, TaskStatus
 from tenure.errors import InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.heartbeat import AsyncElector, Elector
@@ -103,6 +108,7 @@ class MaintainLogic:
         tick_every: float = 1.0,
         retention_every: float = 60.0,
         retention: Retention | None = None,
+        gauges_every: float = 15.0,
         interval: float = 1.0,
         timeout: float = 3.0,
         name: str | None = None,
@@ -116,8 +122,13 @@ class MaintainLogic:
             raise InvalidConfiguration(
                 f"tick_every and retention_every must be positive: {tick_every!r}, {retention_every!r}"
             )
+        if not gauges_every >= 0:
+            raise InvalidConfiguration(
+                f"gauges_every must be positive, or 0 for no task gauges: {gauges_every!r}"
+            )
         self.conninfo = conninfo
         self.tick_every = tick_every
+        self.gauges_every = gauges_every
         self.retention_every = retention_every
         self.retention = retention or Retention()
         self.metrics = metrics or Metrics()
@@ -150,7 +161,8 @@ class MaintainLogic:
     # -- the jobs, written once ------------------------------------------------------------
 
     def _jobs(self) -> tuple[tuple[str, float], ...]:
-        return (("tick", self.tick_every), ("retention", self.retention_every))
+        gauges = (("gauges", self.gauges_every),) if self.gauges_every else ()
+        return (("tick", self.tick_every), ("retention", self.retention_every), *gauges)
 
     def _connection_name(self, job: str) -> str:
         return f"tenure maintain {job} {self.name}"
@@ -158,7 +170,7 @@ class MaintainLogic:
     def _steps(self, job: str) -> Steps:
         """The job as operations: the shell runs each one bounded by what is left of the safe
         window, sends its result back, and stops at once when no longer primary."""
-        return self._tick() if job == "tick" else self._retain()
+        return {"tick": self._tick, "retention": self._retain, "gauges": self._gauges}[job]()
 
     def _tick(self) -> Steps:
         created: list[ScheduleSlot] = yield OPS.schedule_tick()
@@ -195,6 +207,16 @@ class MaintainLogic:
                     break
         with self._lock:
             self.stats.retention_runs += 1
+
+    def _gauges(self) -> Steps:
+        statuses: list[TaskStatus] = yield OPS.task_status()
+        kinds: list[TaskKind] = yield OPS.task_kinds()
+        self.metrics.task_gauges(statuses, kinds)
+
+    def _standby(self, job: str) -> None:
+        """Not the maintainer (any more): the database's gauges are another instance's to export."""
+        if job == "gauges":
+            self.metrics.clear_task_gauges()
 
     def _left(self) -> float | None:
         """Seconds left of the safe window for the next call, None when not primary."""
@@ -260,6 +282,7 @@ class Maintainer(MaintainLogic, Runtime):
         self._threads.clear()
         self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
         self._deadlines.close()
+        self.metrics.clear_task_gauges()
 
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None
@@ -268,6 +291,7 @@ class Maintainer(MaintainLogic, Runtime):
             while not self._stopping.is_set():
                 if self.elector.remaining() <= 0:
                     # Standby: wait to be elected (or stopped), then run at once.
+                    self._standby(job)
                     self.elector.wait_until_primary(timeout=min(every, 0.5))
                     next_run = min(next_run, time.monotonic())
                     continue
@@ -342,6 +366,7 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
             await asyncio.wait(self._tasks, timeout=max(0.0, end - time.monotonic()))
         self._tasks.clear()
         await self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
+        self.metrics.clear_task_gauges()
 
     async def _run(self, job: str, every: float) -> None:
         connection: psycopg.AsyncConnection[Any] | None = None
@@ -349,6 +374,7 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
         try:
             while not self._stopped:
                 if self.elector.remaining() <= 0:
+                    self._standby(job)
                     await self.elector.wait_until_primary(timeout=min(every, 0.5))
                     next_run = min(next_run, time.monotonic())
                     continue
