@@ -222,11 +222,6 @@ def test_limits_hold_across_worker_processes(
     assert rows == [("keyed", 0), ("solo", 0), ("trio", 0)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_task_pick ranks each key's due tasks afresh in every call, ties broken by age: a key whose "
-    "tasks are newer waits until the older keys' tasks are all leased (no memory of which key was served)",
-)
 def test_keys_take_turns(app_conninfo: str, admin: psycopg.Connection[Any]) -> None:
     """With fewer slots than keys, each key's first task is leased before any key's second,
     although one key's tasks are all older: 'the keys in turn'. Calls are told apart by the
