@@ -675,3 +675,37 @@ def test_a_throttled_worker_waits_by_the_servers_clock_and_never_in_a_busy_loop(
     assert worker._lease_limit(1, after + 0.3, before + 60) == 1, "asked for once the rate lets it through"
     worker._leased([], 1, after)  # an answer without a throttled row: no more waiting for it
     assert worker._throttled_until == math.inf
+
+
+def test_a_round_trip_rolled_back_by_a_deadlock_is_tried_again_at_once(
+    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, flavour: Flavour
+) -> None:
+    """The server broke a deadlock by rolling back a round trip that carried outcomes: nothing
+    of it took effect, so it is sent again at once, not left to the tasks' leases (which would
+    run the tasks again, as failed attempts)."""
+    driver = Driver(admin)
+    driver.task_enqueue_many([{"kind": "locked", "data": {"n": n}} for n in range(5)])
+    real_cycle = Operations.task_cycle.body
+    refused: list[int] = []
+
+    def deadlocking_cycle(self: Operations, owner: uuid.UUID, **kwargs: Any) -> Any:
+        if kwargs.get("outcomes") and not refused:
+            refused.append(len(kwargs["outcomes"]))
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return real_cycle(self, owner, **kwargs)
+
+    monkeypatch.setattr(Operations, "task_cycle", deadlocking_cycle)
+    with flavour(
+        TaskWorker,
+        app_conninfo,
+        on(flavour, {"locked": complete}),
+        concurrency=5,
+        lease=30,
+        poll_interval=0.1,
+    ) as worker:
+        assert wait_until(lambda: statuses(driver, "locked") == {"done": 5}, timeout=20)
+    assert refused and worker.stats.completed == 5 and worker.stats.discarded == 0
+    epochs = admin.execute(
+        "SELECT max(t.epoch), max(t.attempts) FROM tenure.task t WHERE t.kind = 'locked'"
+    ).fetchone()
+    assert epochs == (1, 0), "each task done in its first lease, no attempt failed"

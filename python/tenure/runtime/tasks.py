@@ -27,7 +27,8 @@ reaches the database.
 
 Every call is bounded by the safe window (a call on a frozen server has its socket
 abandoned), a call that failed because the connection no longer reaches a writable
-primary is retried at once on another connection while the lease allows, pooled
+primary, or that the server rolled back to break a deadlock, is retried at once on
+another connection while the lease allows, pooled
 connections idle for a while are checked before use, and stopping takes at most
 ``shutdown_grace`` seconds even while the database is away: a failover costs at
 most the tasks whose leases it outlasts.
@@ -91,6 +92,9 @@ CHECK_AFTER_IDLE = 1.0
 LINGER = 0.002
 # How long looking up the rows of refused tasks may take (seconds): past it, they count as lost.
 LOOK_UP_FOR = 2.0
+# SQLSTATEs of a call the server rolled back whole (deadlock_detected, serialization_failure):
+# tried again at once, rather than leaving the outcomes it carried to their leases.
+ROLLED_BACK = frozenset({"40P01", "40001"})
 # The shortest wait (seconds) for a rate-limited kind's capacity, doubled for each answer in a row
 # that leased nothing and was throttled again (up to the poll interval): a server clock this
 # worker misjudges costs a few round trips, never a busy loop.
@@ -306,10 +310,14 @@ class TaskLogic:
 
     def _retry(self, error: psycopg.Error, until: float) -> bool:
         """Whether a call that failed with ``error`` is tried again at once on another connection:
-        the server is lost (a failover, a stale pooled connection) and ``until`` is ahead."""
-        if not lost_server(error) or time.monotonic() + 0.05 >= until or self._closed:
+        the server is lost (a failover, a stale pooled connection), or the server rolled the call
+        back to break a deadlock or a serialization failure (nothing of it took effect), and
+        ``until`` is ahead."""
+        rolled_back = getattr(error, "sqlstate", None) in ROLLED_BACK
+        if not (rolled_back or lost_server(error)) or time.monotonic() + 0.05 >= until or self._closed:
             return False
-        log.info("%s: the database connection failed, trying again: %s", self.name, error)
+        why = "the database rolled the call back" if rolled_back else "the database connection failed"
+        log.info("%s: %s, trying again: %s", self.name, why, error)
         return True
 
     def in_flight(self) -> int:
