@@ -70,6 +70,9 @@ class Metrics:
         self.tasks_acquired = Counter("tenure_tasks_acquired", "Task leases acquired", ["kind"], registry=r)
         self.tasks_completed = Counter("tenure_tasks_completed", "Tasks completed", ["kind"], registry=r)
         self.tasks_failed = Counter("tenure_tasks_failed", "Task steps that failed", ["kind"], registry=r)
+        self.tasks_cancelled = Counter(
+            "tenure_tasks_cancelled", "Tasks cancelled while the worker held them", ["kind"], registry=r
+        )
         self.task_leases_lost = Counter(
             "tenure_task_leases_lost", "Task leases lost before the step ended", ["kind"], registry=r
         )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -14,7 +17,7 @@ import pytest
 
 from tenure import Driver, InvalidArgument, LeaseLost, NotFound
 from tenure.aio import AsyncTaskWorker
-from tenure.driver import Operations
+from tenure.driver import Operations, TaskCycled
 from tenure.errors import InvalidConfiguration
 from tenure.runtime.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
 from tenure.testing.aio import Flavour
@@ -508,3 +511,201 @@ def test_the_async_worker_cancels_a_processor_at_the_end_of_its_safe_window(
     assert worker.stats.lost == 1 and worker.stats.discarded == 1 and worker.stats.completed == 1
     row = driver.task(enqueued.id)
     assert row is not None and (row.status, row.state, row.epoch) == ("done", "second time", 2)
+
+
+# -- task controls: cancel, and a rate-limited kind's wait -------------------------------------
+
+
+def test_a_cancelled_task_is_abandoned_and_its_outcome_never_reported(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour, caplog: pytest.LogCaptureFixture
+) -> None:
+    """task_cancel ends the holder's epoch: the worker learns at its next extension, lets the
+    task go (the threaded one abandons its processor, the async one cancels it), discards what
+    it returns, and says so; the task stays cancelled and its writes never land."""
+    driver = Driver(admin)
+    admin.execute("CREATE TABLE effects (task uuid)")
+    admin.execute("GRANT INSERT ON effects TO tenure_demo_app")
+    began: list[uuid.UUID] = []
+    lost_seen = threading.Event()
+
+    def hold(task: Task) -> Complete:
+        began.append(task.id)
+        if task.lost.wait(20):
+            lost_seen.set()
+        return Complete(writes=lambda db: db.execute("INSERT INTO effects VALUES (%s)", (task.id,)))
+
+    (enqueued,) = driver.task_enqueue_many([{"kind": "held"}])
+    (other,) = driver.task_enqueue_many([{"kind": "held", "delay": 0.5}])
+    caplog.set_level("WARNING", logger="tenure.runtime.tasks")
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"held": hold}), concurrency=1, lease=0.9, poll_interval=0.1
+    ) as worker:
+        assert wait_until(lambda: began == [enqueued.id])
+        assert driver.task_cancel(enqueued.id) is True
+        assert lost_seen.wait(10), "the worker learned of the cancel at its next extension"
+        assert wait_until(lambda: worker.stats.discarded == 1)
+        assert wait_until(lambda: began == [enqueued.id, other.id]), "its slot went to the next task"
+        assert driver.task_cancel(other.id) is True
+        assert wait_until(lambda: worker.stats.discarded == 2)
+    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.completed) == (2, 0, 0)
+    assert admin.execute("SELECT count(*) FROM effects").fetchone() == (0,), "its writes never landed"
+    for task_id in (enqueued.id, other.id):
+        row = driver.task(task_id)
+        assert row is not None and (row.status, row.owner) == ("cancelled", None)
+        said = [r.getMessage() for r in caplog.records if str(task_id) in r.getMessage()]
+        assert any("was cancelled while this worker held it" in message for message in said), said
+        assert any("the task was cancelled before the outcome was recorded" in message for message in said), (
+            said
+        )
+
+
+def test_the_async_worker_cancels_the_processor_of_a_cancelled_task(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    driver = Driver(admin)
+    (enqueued,) = driver.task_enqueue_many([{"kind": "long"}])
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def long(task: Task) -> Complete:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return Complete()
+
+    async def scenario() -> AsyncTaskWorker:
+        async with AsyncTaskWorker(
+            app_conninfo, {"long": long}, concurrency=1, lease=0.9, poll_interval=0.1
+        ) as worker:
+            await asyncio.wait_for(started.wait(), 10)
+            assert await asyncio.to_thread(driver.task_cancel, enqueued.id) is True
+            await asyncio.wait_for(cancelled.wait(), 10)
+            while worker.in_flight():
+                await asyncio.sleep(0.02)
+        return worker
+
+    worker = asyncio.run(scenario())
+    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.discarded) == (1, 0, 1)
+    row = driver.task(enqueued.id)
+    assert row is not None and row.status == "cancelled"
+
+
+def test_a_rate_limited_worker_sleeps_until_capacity_returns(
+    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, flavour: Flavour
+) -> None:
+    """One lease per 0.4 s: a worker with free slots is told (a 'throttled' row) when the next
+    lease may go through, sleeps until then and takes the next task. Its poll interval is a
+    minute, so without that wake-up the tasks would wait for it; and it does not poll in between:
+    a handful of round trips per task, not a busy loop."""
+    driver = Driver(admin)
+    driver.task_kind_set("paced", rate=1, rate_period=0.4)
+    tasks = 4
+    driver.task_enqueue_many([{"kind": "paced", "data": {"n": n}} for n in range(tasks)])
+    asked: list[int] = []  # the leases asked for, per round trip that asked for any
+    real_cycle = Operations.task_cycle.body
+
+    def counting_cycle(self: Operations, owner: uuid.UUID, **kwargs: Any) -> Any:
+        if kwargs["limit"]:
+            asked.append(kwargs["limit"])
+        return real_cycle(self, owner, **kwargs)
+
+    monkeypatch.setattr(Operations, "task_cycle", counting_cycle)
+    with flavour(
+        TaskWorker, app_conninfo, on(flavour, {"paced": complete}), concurrency=4, lease=5, poll_interval=60
+    ) as worker:
+        assert wait_until(lambda: statuses(driver, "paced") == {"done": tasks}, timeout=30)
+    assert worker.stats.completed == tasks
+    leased_at = [
+        row[0]
+        for row in admin.execute(
+            "SELECT l.leased_at FROM tenure.task_lease_log l JOIN tenure.task t ON t.id = l.task_id "
+            "WHERE t.kind = 'paced' ORDER BY l.leased_at"
+        )
+    ]
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(leased_at)]
+    assert len(leased_at) == tasks and min(gaps) >= 0.4, f"the rate limit held: {gaps}"
+    assert len(asked) <= 3 * tasks + 2, f"{len(asked)} round trips asked for leases: it polled meanwhile"
+
+
+def throttled_row(until: datetime) -> TaskCycled:
+    return TaskCycled(
+        id=None,  # type: ignore[arg-type]  # a throttled row names a kind, not a task
+        epoch=None,  # type: ignore[arg-type]
+        outcome="throttled",
+        refused=None,
+        kind="paced",
+        state=None,
+        data=None,
+        attempts=None,
+        next_action=until,
+    )
+
+
+def test_a_throttled_worker_waits_by_the_servers_clock_and_never_in_a_busy_loop() -> None:
+    """The moment a 'throttled' row names is the server's: it is mapped through the last lease
+    (which ends a lease after the server's now), not the worker's wall clock; without one, a
+    moment that seems past is waited for at least 10 ms, doubling with each such answer."""
+    worker = TaskWorker("dbname=unused", {"paced": complete}, lease=5, poll_interval=1.0)
+    server_now = datetime.now(UTC) - timedelta(seconds=30)  # the server's clock is 30 s behind
+    for answers in range(1, 9):
+        before = time.monotonic()
+        worker._leased([throttled_row(server_now + timedelta(seconds=0.3))], 2, before)
+        wait = worker._throttled_until - before
+        floor = min(1.0, 0.01 * 2**answers)
+        assert floor <= wait <= floor + (time.monotonic() - before), (answers, wait)
+        assert worker._idle_wait(2, before, before + 60) == pytest.approx(wait)
+    lease = TaskCycled(
+        id=uuid.uuid4(),
+        epoch=1,
+        outcome="lease",
+        refused=None,
+        kind="paced",
+        state="new",
+        data={},
+        attempts=0,
+        next_action=server_now + timedelta(seconds=5),  # the lease ends 5 s after the server's now
+    )
+    before = time.monotonic()
+    worker._leased([lease, throttled_row(server_now + timedelta(seconds=0.3))], 2, before)
+    after = time.monotonic()
+    assert before + 0.3 <= worker._throttled_until <= after + 0.3, "0.3 s after the server's now"
+    assert worker._lease_limit(1, before, before + 60) == 0, "nothing asked for until then"
+    assert worker._lease_limit(1, after + 0.3, before + 60) == 1, "asked for once the rate lets it through"
+    worker._leased([], 1, after)  # an answer without a throttled row: no more waiting for it
+    assert worker._throttled_until == math.inf
+
+
+def test_a_round_trip_rolled_back_by_a_deadlock_is_tried_again_at_once(
+    app_conninfo: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, flavour: Flavour
+) -> None:
+    """The server broke a deadlock by rolling back a round trip that carried outcomes: nothing
+    of it took effect, so it is sent again at once, not left to the tasks' leases (which would
+    run the tasks again, as failed attempts)."""
+    driver = Driver(admin)
+    driver.task_enqueue_many([{"kind": "locked", "data": {"n": n}} for n in range(5)])
+    real_cycle = Operations.task_cycle.body
+    refused: list[int] = []
+
+    def deadlocking_cycle(self: Operations, owner: uuid.UUID, **kwargs: Any) -> Any:
+        if kwargs.get("outcomes") and not refused:
+            refused.append(len(kwargs["outcomes"]))
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return real_cycle(self, owner, **kwargs)
+
+    monkeypatch.setattr(Operations, "task_cycle", deadlocking_cycle)
+    with flavour(
+        TaskWorker,
+        app_conninfo,
+        on(flavour, {"locked": complete}),
+        concurrency=5,
+        lease=30,
+        poll_interval=0.1,
+    ) as worker:
+        assert wait_until(lambda: statuses(driver, "locked") == {"done": 5}, timeout=20)
+    assert refused and worker.stats.completed == 5 and worker.stats.discarded == 0
+    epochs = admin.execute(
+        "SELECT max(t.epoch), max(t.attempts) FROM tenure.task t WHERE t.kind = 'locked'"
+    ).fetchone()
+    assert epochs == (1, 0), "each task done in its first lease, no attempt failed"

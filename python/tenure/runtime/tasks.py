@@ -27,7 +27,8 @@ reaches the database.
 
 Every call is bounded by the safe window (a call on a frozen server has its socket
 abandoned), a call that failed because the connection no longer reaches a writable
-primary is retried at once on another connection while the lease allows, pooled
+primary, or that the server rolled back to break a deadlock, is retried at once on
+another connection while the lease allows, pooled
 connections idle for a while are checked before use, and stopping takes at most
 ``shutdown_grace`` seconds even while the database is away: a failover costs at
 most the tasks whose leases it outlasts.
@@ -40,6 +41,7 @@ import contextlib
 import inspect
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -47,6 +49,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
 
 import psycopg
@@ -89,6 +92,13 @@ CHECK_AFTER_IDLE = 1.0
 LINGER = 0.002
 # How long looking up the rows of refused tasks may take (seconds): past it, they count as lost.
 LOOK_UP_FOR = 2.0
+# SQLSTATEs of a call the server rolled back whole (deadlock_detected, serialization_failure):
+# tried again at once, rather than leaving the outcomes it carried to their leases.
+ROLLED_BACK = frozenset({"40P01", "40001"})
+# The shortest wait (seconds) for a rate-limited kind's capacity, doubled for each answer in a row
+# that leased nothing and was throttled again (up to the poll interval): a server clock this
+# worker misjudges costs a few round trips, never a busy loop.
+THROTTLE_FLOOR = 0.01
 
 
 MAX_DELAY = 100 * 365.25 * 86400  # seconds: the database refuses delays past 100 years
@@ -172,6 +182,8 @@ class Task:
     # What the processor (or a handler it runs) recorded itself in this epoch, found when an
     # extension was refused: counted once the processor ends. See TaskLogic._settle_refused.
     recorded: Outcome | None = None
+    # Set (with ``lost``) when the worker found the task cancelled (task_cancel) while it held it.
+    cancelled: bool = False
 
     def is_lost(self) -> bool:
         return self.lost.is_set() or time.monotonic() >= self.valid_until
@@ -185,6 +197,8 @@ class WorkerStats:
     failed: int = 0
     routed: int = 0
     lost: int = 0
+    # Tasks cancelled (task_cancel) while this worker held them: not counted as lost.
+    cancelled: int = 0
     discarded: int = 0
     # Of the completed, released and failed: those the processor recorded itself, in its
     # own transaction, before the worker reported (or extended) them.
@@ -247,6 +261,13 @@ class TaskLogic:
         # only mean the outcome committed first; the outcome's own transaction tells.
         self._recording: set[uuid.UUID] = set()
         self._due = True  # whether tasks may be due: until an acquisition comes back short
+        # When a rate-limited kind lets its next lease through (monotonic; inf: none held back),
+        # and how many answers in a row leased nothing because of it.
+        self._throttled_until = math.inf
+        self._throttled_in_a_row = 0
+        # A moment of the server's clock and the monotonic time it was seen at: the rate limit's
+        # times are the server's (None until an answer tells; the wall clock stands in).
+        self._server_clock: tuple[datetime, float] | None = None
         self._stop_requested = False  # no more new tasks
         self._closed = False  # no more leases kept either
         self._metric_children: dict[tuple[int, str], Any] = {}
@@ -289,10 +310,14 @@ class TaskLogic:
 
     def _retry(self, error: psycopg.Error, until: float) -> bool:
         """Whether a call that failed with ``error`` is tried again at once on another connection:
-        the server is lost (a failover, a stale pooled connection) and ``until`` is ahead."""
-        if not lost_server(error) or time.monotonic() + 0.05 >= until or self._closed:
+        the server is lost (a failover, a stale pooled connection), or the server rolled the call
+        back to break a deadlock or a serialization failure (nothing of it took effect), and
+        ``until`` is ahead."""
+        rolled_back = getattr(error, "sqlstate", None) in ROLLED_BACK
+        if not (rolled_back or lost_server(error)) or time.monotonic() + 0.05 >= until or self._closed:
             return False
-        log.info("%s: the database connection failed, trying again: %s", self.name, error)
+        why = "the database rolled the call back" if rolled_back else "the database connection failed"
+        log.info("%s: %s, trying again: %s", self.name, why, error)
         return True
 
     def in_flight(self) -> int:
@@ -322,10 +347,19 @@ class TaskLogic:
             return finished, free, 0.0
 
     def _lease_limit(self, free: int, now: float, poll_at: float) -> int:
-        """How many tasks to ask for: the free slots while tasks may be due (or a poll is due)."""
-        if free > 0 and now >= poll_at:
+        """How many tasks to ask for: the free slots while tasks may be due (or a poll is due, or
+        a rate-limited kind's capacity returned)."""
+        if free > 0 and (now >= poll_at or now >= self._throttled_until):
             self._due = True
         return free if self._due else 0
+
+    def _idle_wait(self, free: int, now: float, poll_at: float) -> float | None:
+        """How long the dispatcher sleeps with nothing to do (unless woken): until the next poll
+        or the moment a rate-limited kind lets a lease through, whichever comes first; with no
+        free slot, until woken."""
+        if free <= 0:
+            return None
+        return max(0.0, min(poll_at, self._throttled_until) - now)
 
     def _reported_elsewhere(self, finished: list[tuple[Task, Outcome]]) -> None:
         """The dispatcher is done with ``finished`` (reported, refused, or failed)."""
@@ -339,7 +373,7 @@ class TaskLogic:
             if self._settled(task):
                 continue
             if task.is_lost():
-                self._discard(task, "the lease was lost before the outcome was recorded")
+                self._discard(task, _lost_before_recorded(task))
                 self._finish(task)
             else:
                 reported.append((task, outcome))
@@ -384,9 +418,11 @@ class TaskLogic:
 
     def _leased(self, rows: list[TaskCycled], limit: int, sent: float) -> list[Task]:
         """The tasks the round trip leased, now in flight, for the processors to run."""
+        self._saw_server_clock(rows)
         leases = [row for row in rows if row.outcome == "lease"]
         if limit:
             self._due = len(leases) == limit  # a short answer: nothing more is due for now
+            self._throttle([row for row in rows if row.outcome == "throttled"], leased=bool(leases))
         tasks = []
         for row in leases:
             task = Task(
@@ -407,6 +443,34 @@ class TaskLogic:
             self.metrics.tasks_in_flight.inc()
             tasks.append(task)
         return tasks
+
+    def _saw_server_clock(self, rows: list[TaskCycled]) -> None:
+        """Note the server's clock from an answer just received: a new lease or an extension
+        ends ``lease`` seconds after the server's now."""
+        for row in rows:
+            if row.outcome in ("lease", "extend") and row.refused is None and row.next_action is not None:
+                self._server_clock = (row.next_action - timedelta(seconds=self.lease), time.monotonic())
+                return
+
+    def _seconds_until(self, moment: datetime) -> float:
+        """Seconds from now until ``moment`` of the server's clock, as far as this worker can tell."""
+        if self._server_clock is None:
+            return (moment - datetime.now(UTC)).total_seconds()
+        server_now, seen_at = self._server_clock
+        return (moment - server_now).total_seconds() - (time.monotonic() - seen_at)
+
+    def _throttle(self, throttled: list[TaskCycled], *, leased: bool) -> None:
+        """A lease-taking answer's 'throttled' rows (rate-limited kinds it held back, each with
+        when its next lease may go through): the dispatcher looks again at the earliest of them,
+        not before (unless a notification or its poll comes first)."""
+        moments = [row.next_action for row in throttled if row.next_action is not None]
+        if not moments:
+            self._throttled_until = math.inf
+            self._throttled_in_a_row = 0
+            return
+        self._throttled_in_a_row = 0 if leased else self._throttled_in_a_row + 1
+        floor = min(self.poll_interval, THROTTLE_FLOOR * 2 ** min(self._throttled_in_a_row, 16))
+        self._throttled_until = time.monotonic() + max(floor, self._seconds_until(min(moments)))
 
     def _notified(self, payload: str | None) -> bool:
         """A notification (None: LISTEN (re)connected): whether to wake the dispatcher."""
@@ -436,6 +500,7 @@ class TaskLogic:
     def _extended(self, held: list[Task], rows: list[TaskCycled], sent: float) -> list[tuple[Task, str]]:
         """The extensions' results: the refused ones (and why), for the shell to look them up
         and :meth:`_settle_refused` them, except those whose outcome is being recorded."""
+        self._saw_server_clock(rows)
         refused = []
         for task, row in zip(held, rows, strict=False):
             if row.refused is None:
@@ -448,15 +513,30 @@ class TaskLogic:
         self._tell_followers()
         return refused
 
-    def _lose(self, task: Task, reason: str) -> None:
+    def _lose(self, task: Task, reason: str, *, cancelled: bool = False) -> None:
+        """The task is no longer ours (``cancelled``: task_cancel ended its epoch): its processor
+        is stopped, or left to end, and whatever it produces is discarded."""
         with self._lock:
             if task.id not in self._in_flight:
                 return  # it finished while the extender was at it
         if task.lost.is_set():
             return
+        task.cancelled = cancelled
         task.lost.set()
         self._interrupt(task)
-        if task.recorded is not None:
+        if cancelled:
+            with self._lock:
+                self.stats.cancelled += 1
+            self.metrics.tasks_cancelled.labels(task.kind).inc()
+            log.warning(
+                "%s: task %s (epoch %d) was cancelled while this worker held it: %s; %s",
+                self.name,
+                task.id,
+                task.epoch,
+                self._ON_CANCEL,
+                reason,
+            )
+        elif task.recorded is not None:
             # Not a lost lease: its processor finished the task itself, then overstayed the
             # safe window it was given for ending; it is stopped, and counted as it recorded.
             log.info(
@@ -474,6 +554,9 @@ class TaskLogic:
                 "%s: lost the lease of task %s (epoch %d): %s", self.name, task.id, task.epoch, reason
             )
         self._tell_followers()
+
+    # What happens to the processor of a task cancelled while held, as the log says it.
+    _ON_CANCEL = "its processor is stopped and its outcome discarded"
 
     def _interrupt(self, task: Task) -> None:
         """The task is lost: stop its processor if this shell can (the async one cancels it)."""
@@ -522,8 +605,8 @@ class TaskLogic:
     @staticmethod
     def _recorded_in_epoch(task: Task, row: TaskRow | None) -> Outcome | None:
         """What the task's ``row`` says was recorded in ``task``'s epoch, or None when the
-        lease was lost (the task is another epoch's, or ours still, or gone)."""
-        if row is None or row.owner is not None or row.epoch != task.epoch:
+        lease was lost (the task is another epoch's, or ours still, or gone, or cancelled)."""
+        if row is None or row.owner is not None or row.epoch != task.epoch or row.status == "cancelled":
             return None
         if row.status == "done":
             return Complete(state=row.state)
@@ -542,9 +625,10 @@ class TaskLogic:
         others were lost."""
         found = {row.id: row for row in rows or ()}
         for task, reason in refused:
-            recorded = self._recorded_in_epoch(task, found.get(task.id))
+            row = found.get(task.id)
+            recorded = self._recorded_in_epoch(task, row)
             if recorded is None:
-                self._lose(task, reason)
+                self._lose(task, reason, cancelled=row is not None and row.status == "cancelled")
                 if reported:
                     self._discard(task, "the database refused the outcome")
                     self._finish(task)
@@ -635,7 +719,7 @@ class TaskLogic:
         """The task was lost before its outcome was recorded."""
         if self._settled(task):
             return
-        self._discard(task, "the lease was lost before the outcome was recorded")
+        self._discard(task, _lost_before_recorded(task))
         self._finish(task)
 
     def _processor_done(self) -> None:
@@ -738,6 +822,7 @@ class TaskWorker(TaskLogic, Runtime):
     """
 
     processors: dict[str | tuple[str, str], Processor]
+    _ON_CANCEL = "its processor runs on (a thread cannot be stopped) and its outcome is discarded"
 
     def __init__(
         self, conninfo: str, processors: Mapping[str | tuple[str, str], Processor], **options: Any
@@ -897,7 +982,7 @@ class TaskWorker(TaskLogic, Runtime):
                 finally:
                     self._reported_elsewhere(finished)
                 continue
-            self._wake.wait(max(0.0, poll_at - time.monotonic()) if free > 0 else None)
+            self._wake.wait(self._idle_wait(free, time.monotonic(), poll_at))
             self._wake.clear()
 
     def _cycle(self, finished: list[tuple[Task, Outcome]], limit: int) -> None:
@@ -1054,6 +1139,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
     """
 
     processors: dict[str | tuple[str, str], AsyncProcessor]
+    _ON_CANCEL = "its processor is cancelled and its outcome discarded"
 
     def __init__(
         self, conninfo: str, processors: Mapping[str | tuple[str, str], AsyncProcessor], **options: Any
@@ -1227,7 +1313,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                 finally:
                     self._reported_elsewhere(finished)
                 continue
-            await self._woken(max(0.0, poll_at - time.monotonic()) if free > 0 else None)
+            await self._woken(self._idle_wait(free, time.monotonic(), poll_at))
 
     async def _cycle(self, finished: list[tuple[Task, Outcome]], limit: int) -> None:
         reported = self._to_report(finished)
@@ -1390,6 +1476,12 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
 # What a processor's runner hands the dispatcher when no processor takes the task's state:
 # released at once for a worker that has one, counted as neither released nor routed.
 _ROUTED_AWAY = Release()
+
+
+def _lost_before_recorded(task: Task) -> str:
+    if task.cancelled:
+        return "the task was cancelled before the outcome was recorded"
+    return "the lease was lost before the outcome was recorded"
 
 
 def _left(end: float | None) -> float | None:
