@@ -76,8 +76,8 @@ class TaskCycled:
     a rate-limited kind held back (``outcome`` throttled, ``id`` and ``epoch`` None,
     ``next_action`` when its rate lets the next lease through)."""
 
-    id: UUID
-    epoch: int
+    id: UUID | None
+    epoch: int | None
     outcome: str
     refused: str | None
     kind: str | None

@@ -631,8 +631,8 @@ def test_a_rate_limited_worker_sleeps_until_capacity_returns(
 
 def throttled_row(until: datetime) -> TaskCycled:
     return TaskCycled(
-        id=None,  # type: ignore[arg-type]  # a throttled row names a kind, not a task
-        epoch=None,  # type: ignore[arg-type]
+        id=None,  # a throttled row names a kind, not a task
+        epoch=None,
         outcome="throttled",
         refused=None,
         kind="paced",

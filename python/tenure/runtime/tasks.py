@@ -425,6 +425,7 @@ class TaskLogic:
             self._throttle([row for row in rows if row.outcome == "throttled"], leased=bool(leases))
         tasks = []
         for row in leases:
+            assert row.id is not None and row.epoch is not None  # a lease names its task and epoch
             task = Task(
                 id=row.id,
                 kind=row.kind or "",
