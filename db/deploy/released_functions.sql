@@ -7,6 +7,19 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- task_enqueue gained arguments and its input type fields (the task controls): the
+-- v0.2.0 function is replaced in this transaction, so a call never finds none.
+DROP FUNCTION IF EXISTS tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
+DROP FUNCTION IF EXISTS tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'tenure._task_input'::regclass AND attname = 'after') THEN
+        ALTER TYPE tenure._task_input ADD ATTRIBUTE priority integer, ADD ATTRIBUTE limit_key text,
+                                      ADD ATTRIBUTE after uuid[];
+    END IF;
+END
+$$;
+
 \ir ../procedures/errors.sql
 \ir ../procedures/heartbeat.sql
 \ir ../procedures/tasks.sql

@@ -128,12 +128,6 @@ COMMENT ON COLUMN tenure.tasks.next_action IS 'when it is due, or while leased t
 COMMENT ON COLUMN tenure.tasks.finished_at IS 'when it became done, dead or cancelled';
 COMMENT ON COLUMN tenure.task_status.status IS '`pending`, `waiting`, `done`, `dead` or `cancelled`';
 
--- One task of an enqueue request gains its controls.
-ALTER TYPE tenure._task_input
-    ADD ATTRIBUTE priority integer,
-    ADD ATTRIBUTE limit_key text,
-    ADD ATTRIBUTE after uuid[];
-
 -- A due task that an acquisition of a kind with settings may lease, with what orders it.
 CREATE TYPE tenure._task_candidate AS (
     id          uuid,
@@ -145,8 +139,8 @@ CREATE TYPE tenure._task_candidate AS (
 
 GRANT SELECT ON tenure.task_kinds, tenure.task_dependencies TO tenure_worker;
 
--- The v0.2.0 task_enqueue has fewer arguments: released_functions creates the new one.
-DROP FUNCTION tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
-DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
+-- Everything here works with the functions of v0.2.0 too (new columns have defaults, the
+-- old statuses still hold): released_functions then brings the functions that use it,
+-- and replaces task_enqueue and the type of its input in the same transaction.
 
 COMMIT;

@@ -18,6 +18,7 @@ DROP FUNCTION tenure._task_set_priority(uuid, integer, timestamptz);
 DROP FUNCTION tenure.task_kind_set(text, boolean, integer, integer, integer, interval);
 DROP FUNCTION tenure._task_kind_set(text, boolean, integer, integer, integer, interval, timestamptz);
 DROP FUNCTION tenure._check_limit(text, integer, integer);
+ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key, DROP ATTRIBUTE after;
 
 \ir ../procedures/errors@v0.2.0.sql
 \ir ../procedures/heartbeat@v0.2.0.sql

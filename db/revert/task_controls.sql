@@ -61,6 +61,5 @@ CREATE INDEX task_due ON tenure.task (next_action) WHERE status = 'pending';
 CREATE INDEX task_kind_due ON tenure.task (kind, next_action) WHERE status = 'pending';
 
 DROP TYPE tenure._task_candidate;
-ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key, DROP ATTRIBUTE after;
 
 COMMIT;
