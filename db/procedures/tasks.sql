@@ -612,7 +612,7 @@ BEGIN
          WHERE k.kind = ANY (v_controlled) AND k.rate IS NOT NULL AND NOT k.paused AND w.used >= k.rate
            AND (k.max_running IS NULL
                 OR k.max_running > (SELECT count(*) FROM tenure.task t
-                                     WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL
+                                     WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL
                                        AND t.next_action >= v_now))
            AND EXISTS (SELECT FROM tenure.task t
                         WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= v_now
@@ -678,7 +678,7 @@ BEGIN
         v_cap := p_wanted::bigint;
         IF k.max_running IS NOT NULL THEN
             SELECT count(*) INTO v_count FROM tenure.task t
-             WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= p_now;
+             WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action >= p_now;
             v_cap := least(v_cap, k.max_running - v_count);
         END IF;
         IF k.rate IS NOT NULL THEN
@@ -708,7 +708,7 @@ BEGIN
                   FROM keys WHERE keys.key IS NOT NULL
             ), running AS (
                 SELECT t.limit_key AS key, count(*) AS n FROM tenure.task t
-                 WHERE t.kind = k.kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= p_now
+                 WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action >= p_now
                    AND t.limit_key IS NOT NULL
                  GROUP BY t.limit_key
             ), offered AS (
@@ -1522,7 +1522,7 @@ BEGIN
         RETURN QUERY
         SELECT p_kind, false, NULL::integer, NULL::integer, NULL::integer, NULL::interval,
                (SELECT count(*) FROM tenure.task t
-                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.owner IS NOT NULL AND t.next_action >= now()),
+                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action >= now()),
                (SELECT count(*) FROM tenure.task t
                  WHERE t.kind = p_kind AND t.status = 'pending' AND t.next_action <= now()
                    AND (t.owner IS NULL OR t.next_action < now())),
