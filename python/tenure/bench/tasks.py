@@ -122,8 +122,11 @@ WARM_UP = 1.0  # seconds between the workers' start and the measurement
 
 
 def clean(admin: psycopg.Connection[Any]) -> None:
-    """Remove every task, lease and job an earlier phase left."""
-    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log, tenure_bench.jobs")
+    """Remove every task, lease, kind setting and job an earlier phase left."""
+    admin.execute(
+        "TRUNCATE tenure.task, tenure.task_after, tenure.task_lease_log, tenure.task_kind, "
+        "tenure.task_kind_lease, tenure_bench.jobs"
+    )
 
 
 def fill(admin: psycopg.Connection[Any], table: str, size: int) -> None:
