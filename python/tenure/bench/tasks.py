@@ -125,11 +125,9 @@ WARM_UP = 1.0  # seconds between the workers' start and the measurement
 
 
 def clean(admin: psycopg.Connection[Any]) -> None:
-    """Remove every task, lease, kind setting and job an earlier phase left."""
-    admin.execute(
-        "TRUNCATE tenure.task, tenure.task_after, tenure.task_lease_log, tenure.task_kind, "
-        "tenure.task_kind_lease, tenure_bench.jobs"
-    )
+    """Remove every task, lease, kind setting and job an earlier phase left (CASCADE: with
+    the tables that refer to tasks and kinds, such as their dependencies and rate logs)."""
+    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log, tenure.task_kind, tenure_bench.jobs CASCADE")
 
 
 def fill(admin: psycopg.Connection[Any], table: str, size: int, *, priorities: int = 1) -> None:
