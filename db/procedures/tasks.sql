@@ -529,21 +529,65 @@ BEGIN
         IF v_controlled IS NOT NULL THEN
             SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
               FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
+        -- Priority by priority, highest first (each found by one probe of the index),
+        -- the due tasks of that priority by a range scan of the index that stops at the
+        -- first one not due yet. One scan ordered by (priority DESC, next_action) would
+        -- instead read every pending task (leased, or due later) whenever fewer than
+        -- v_wanted are due: the index cannot skip to the next priority by itself.
         ELSIF p_kinds IS NULL THEN
-            v_ids := ARRAY(SELECT t.id FROM tenure.task t
-                            WHERE t.status = 'pending' AND t.next_action <= v_now
-                              AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+            v_ids := ARRAY(
+                WITH RECURSIVE level (priority) AS (
+                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending'
+                      ORDER BY t.priority DESC LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT t.priority FROM tenure.task t
+                             WHERE t.status = 'pending' AND t.priority < level.priority
+                             ORDER BY t.priority DESC LIMIT 1)
+                      FROM level WHERE level.priority IS NOT NULL
+                )
+                SELECT x.id FROM level CROSS JOIN LATERAL (
+                    SELECT t.id FROM tenure.task t
+                     WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
+                       AND (t.owner IS NULL OR t.next_action < v_now)
+                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                LIMIT v_wanted);
         ELSIF cardinality(p_kinds) = 1 THEN
-            v_ids := ARRAY(SELECT t.id FROM tenure.task t
-                            WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.next_action <= v_now
-                              AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+            v_ids := ARRAY(
+                WITH RECURSIVE level (priority) AS (
+                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = p_kinds[1]
+                      ORDER BY t.priority DESC LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT t.priority FROM tenure.task t
+                             WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority < level.priority
+                             ORDER BY t.priority DESC LIMIT 1)
+                      FROM level WHERE level.priority IS NOT NULL
+                )
+                SELECT x.id FROM level CROSS JOIN LATERAL (
+                    SELECT t.id FROM tenure.task t
+                     WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
+                       AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                LIMIT v_wanted);
         ELSE
-            v_ids := ARRAY(SELECT t.id FROM tenure.task t
-                            WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.next_action <= v_now
-                              AND (t.owner IS NULL OR t.next_action < v_now)
-                            ORDER BY t.priority DESC, t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+            -- The next priority: the highest below the last among the kinds, one probe each.
+            v_ids := ARRAY(
+                WITH RECURSIVE level (priority) AS (
+                    SELECT max((SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = k.kind
+                                 ORDER BY t.priority DESC LIMIT 1))
+                      FROM unnest(p_kinds) k (kind)
+                    UNION ALL
+                    SELECT (SELECT max((SELECT t.priority FROM tenure.task t
+                                         WHERE t.status = 'pending' AND t.kind = k.kind AND t.priority < level.priority
+                                         ORDER BY t.priority DESC LIMIT 1))
+                              FROM unnest(p_kinds) k (kind))
+                      FROM level WHERE level.priority IS NOT NULL
+                )
+                SELECT x.id FROM level CROSS JOIN LATERAL (
+                    SELECT t.id FROM tenure.task t
+                     WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
+                       AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                LIMIT v_wanted);
         END IF;
         EXIT WHEN cardinality(v_ids) = 0;
         WITH taken AS (
@@ -888,7 +932,9 @@ BEGIN
     IF p_delay = interval '0' THEN
         PERFORM tenure._task_announce(ARRAY[v_kind], v_now);
     END IF;
-    PERFORM tenure._task_finished(NULL, ARRAY[v_kind], v_now);
+    IF EXISTS (SELECT FROM tenure.task_kind k WHERE k.kind = v_kind) THEN
+        PERFORM tenure._task_finished(NULL, ARRAY[v_kind], v_now);
+    END IF;
     RETURN v_due;
 END
 $$;
@@ -931,7 +977,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM tenure._task_refuse('task_complete', p_id, p_owner, p_epoch, v_now);
     END IF;
-    PERFORM tenure._task_finished(ARRAY[p_id], ARRAY[v_kind], v_now);
+    IF EXISTS (SELECT FROM tenure.task_kind k WHERE k.kind = v_kind)
+       OR EXISTS (SELECT FROM tenure.task_after a WHERE a.after_id = p_id) THEN
+        PERFORM tenure._task_finished(ARRAY[p_id], ARRAY[v_kind], v_now);
+    END IF;
     RETURN v_now;
 END
 $$;
@@ -991,7 +1040,10 @@ BEGIN
     IF v_task.next_action = v_now THEN
         PERFORM tenure._task_announce(ARRAY[v_task.kind], v_now);
     END IF;
-    PERFORM tenure._task_finished(CASE WHEN v_task.status = 'dead' THEN ARRAY[p_id] END, ARRAY[v_task.kind], v_now);
+    IF EXISTS (SELECT FROM tenure.task_kind k WHERE k.kind = v_task.kind)
+       OR EXISTS (SELECT FROM tenure.task_after a WHERE a.after_id = p_id) THEN
+        PERFORM tenure._task_finished(CASE WHEN v_task.status = 'dead' THEN ARRAY[p_id] END, ARRAY[v_task.kind], v_now);
+    END IF;
     RETURN v_task.next_action;
 END
 $$;
@@ -1267,7 +1319,8 @@ BEGIN
     -- After the leases: an acquisition locks the row of a limited kind and then, when a
     -- task dies, its dependents; taking the kind's row before any dependent keeps that
     -- one order of locks (no deadlock).
-    IF v_ended IS NOT NULL THEN
+    IF v_ended IS NOT NULL AND (EXISTS (SELECT FROM tenure.task_kind k WHERE k.kind = ANY (v_ended))
+                                OR EXISTS (SELECT FROM tenure.task_after a WHERE a.after_id = ANY (v_finished))) THEN
         PERFORM tenure._task_finished(v_finished, v_ended, v_now);
     END IF;
     IF v_wake IS NOT NULL THEN
@@ -1356,6 +1409,10 @@ $$;
 -- After tasks p_ids finished or leases of kinds p_kinds ended: the tasks that run after
 -- them (_task_after_finished), and a word to the workers waiting for the kinds whose
 -- concurrency limit a task left.
+--
+-- Its callers on the busy paths (complete, fail, release, task_cycle) call it only when
+-- a kind concerned has settings or a task runs after one that ended: the call alone
+-- cost more than the two lookups that decide it.
 CREATE OR REPLACE FUNCTION tenure._task_finished(p_ids uuid[], p_kinds text[], p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql

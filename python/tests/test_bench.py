@@ -48,11 +48,18 @@ def test_every_section_runs_and_reports(admin_conninfo: str, tmp_path: Path) -> 
         "baseline  pgbench one-row UPDATE",
         "takeover after SIGKILL of the primary",
         "bare SKIP LOCKED",
+        "binds no slot: only its bookkeeping",
+        "priorities 0 .. 9 at random",
         "notifications on",
         "supervised command (tenure elect --exec)",
         "logs: ",
     ):
         assert shown in result.stdout, f"no {shown!r} in:\n{result.stdout}\n{result.stderr}"
+    # The binding limit held: never more tasks leased at once than it allows.
+    binding = re.search(r"max_running (\d+) \(binds:.* (\d+) / (\d+)$", result.stdout, re.MULTILINE)
+    assert binding is not None, result.stdout
+    limit, most_by_pgbench, most_by_workers = (int(n) for n in binding.groups())
+    assert 0 < most_by_pgbench <= limit and 0 < most_by_workers <= limit, binding.group(0)
 
 
 @pytest.mark.timeout(300)

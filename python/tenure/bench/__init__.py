@@ -13,7 +13,9 @@
    running the bare SKIP LOCKED claim and complete on a plain table with the same backlog;
    then one worker process with no-op handlers in any language, a command per task
    (``--exec``) and a local HTTP handler (``--http``, :mod:`tenure.bench.shim_handler`),
-   against the Python worker (``--module``) in the same run.
+   against the Python worker (``--module``) in the same run; and the task controls' cost:
+   the kind limited by ``max_running`` (a limit that binds no slot, and one that binds), and
+   the backlog spread over priorities 0 .. 9, against the kind without settings at priority 0.
 5. Tasks enqueued per second, one per call and in batches, against a one-row INSERT.
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
    a bare NOTIFY reaching a listener (on) and against the poll interval (off).
@@ -57,7 +59,15 @@ from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
 from tenure.bench.supervise import supervise
-from tenure.bench.tasks import JOBS_DDL, clean, enqueue_rates, shim_throughput, task_throughput, wake_latency
+from tenure.bench.tasks import (
+    JOBS_DDL,
+    clean,
+    control_costs,
+    enqueue_rates,
+    shim_throughput,
+    task_throughput,
+    wake_latency,
+)
 
 SECTIONS = (
     "heartbeat",
@@ -129,6 +139,15 @@ def run_bench(
                     seconds=task_seconds,
                     workdir=workdir,
                 )
+            control_costs(
+                admin,
+                admin_conninfo,
+                backlog=min(backlogs),
+                clients=max(workers),
+                concurrency=task_concurrency,
+                seconds=task_seconds,
+                workdir=workdir,
+            )
             shim_throughput(
                 admin,
                 admin_conninfo,

@@ -263,7 +263,7 @@ def tenure_rate(
     options = ("--concurrency", str(concurrency), "--poll-interval", "0.05")
     logs = workdir / f"peers-{system}-{processes}x{concurrency}"
     with task_workers(conninfo, processes, *options, logs=logs, asynchronous=asynchronous):
-        admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs})
+        admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs, "priorities": 1})
         loaded_at = server_epoch(admin)
         admin.execute(f"ANALYZE {DRAINED['tenure']}")
         rate = drain(

@@ -127,7 +127,7 @@ def server_now(connection: psycopg.Connection[Any]) -> float:
 def soak_clean(admin: psycopg.Connection[Any]) -> None:
     """What an earlier run (of the soak or another section) left: tasks, the soak's keyspaces,
     terms and schedule; then every measured table compacted, so sizes start from their rows."""
-    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log")
+    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log CASCADE")  # with the tasks' dependencies
     for keyspace in (CLAIMS, QUEUE):
         retire_keyspace(admin, keyspace)
         for instance in Driver(admin).claim_instances(keyspace):

@@ -46,10 +46,13 @@ CREATE INDEX IF NOT EXISTS jobs_due ON tenure_bench.jobs (due) WHERE NOT done;
 
 
 # A backlog of %(size)s tasks due 1 ms apart, oldest first, loaded by one INSERT ... SELECT
-# as the superuser (tenure.task with the columns task_enqueue would set).
+# as the superuser (tenure.task with the columns task_enqueue would set), each at a priority
+# drawn at random from 0 .. %(priorities)s - 1 (1: all at the default, 0).
 LOAD_SQL = {
-    "tenure.task": "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action) "
-    "SELECT %(kind)s, 'new', now(), now(), now(), now() - g * interval '1 ms' "
+    "tenure.task": "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action, "
+    "priority) "
+    "SELECT %(kind)s, 'new', now(), now(), now(), now() - g * interval '1 ms', "
+    "floor(random() * %(priorities)s)::integer "
     "FROM generate_series(%(size)s, 1, -1) g",
     "tenure_bench.jobs": "INSERT INTO tenure_bench.jobs (due) "
     "SELECT now() - g * interval '1 ms' FROM generate_series(%(size)s, 1, -1) g",
@@ -122,14 +125,16 @@ WARM_UP = 1.0  # seconds between the workers' start and the measurement
 
 
 def clean(admin: psycopg.Connection[Any]) -> None:
-    """Remove every task, lease and job an earlier phase left."""
-    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log, tenure_bench.jobs")
+    """Remove every task, lease, kind setting and job an earlier phase left (CASCADE: with
+    the tables that refer to tasks and kinds, such as their dependencies and rate logs)."""
+    admin.execute("TRUNCATE tenure.task, tenure.task_lease_log, tenure.task_kind, tenure_bench.jobs CASCADE")
 
 
-def fill(admin: psycopg.Connection[Any], table: str, size: int) -> None:
-    """Replace everything with a fresh backlog of ``size`` due rows in ``table``."""
+def fill(admin: psycopg.Connection[Any], table: str, size: int, *, priorities: int = 1) -> None:
+    """Replace everything with a fresh backlog of ``size`` due rows in ``table`` (tasks at
+    priorities drawn from 0 .. ``priorities`` - 1)."""
     clean(admin)
-    admin.execute(LOAD_SQL[table], {"kind": TASK_KIND, "size": size})
+    admin.execute(LOAD_SQL[table], {"kind": TASK_KIND, "size": size, "priorities": priorities})
     admin.execute(f"VACUUM ANALYZE {table}")
     admin.execute("CHECKPOINT")  # the load's checkpoint is not to land in the measurement
 
@@ -217,13 +222,20 @@ def completion_rate(
     concurrency: int,
     seconds: float,
     workdir: Path,
+    priorities: int = 1,
+    max_running: int | None = None,
 ) -> float:
-    """Tasks claimed and completed per second on a fresh backlog, the way ``how`` names."""
+    """Tasks claimed and completed per second on a fresh backlog, the way ``how`` names (tasks
+    at ``priorities`` priorities; the kind limited to ``max_running`` leased at once)."""
     table, script, per_run = CLAIM_RUNS[how]
-    fill(admin, table, backlog)
+    fill(admin, table, backlog, priorities=priorities)
+    if max_running is not None:
+        Driver(admin).task_kind_set(TASK_KIND, max_running=max_running)
     if script is None:
         asynchronous = how == "async workers"
-        logs = workdir / f"{'async-' if asynchronous else ''}workers-{backlog}-{clients}"
+        controls = f"-priorities{priorities}" * (priorities > 1)
+        controls += f"-max{max_running}" * (max_running is not None)
+        logs = workdir / f"{'async-' if asynchronous else ''}workers-{backlog}-{clients}{controls}"
         rate = worker_rate(
             admin,
             conninfo,
@@ -286,6 +298,89 @@ def task_throughput(
             f"({async_processes / processes if processes else float('nan'):.2f})",
             flush=True,
         )
+
+
+PRIORITIES = 10  # the priorities row: each task at a priority drawn from 0 .. 9
+
+
+def control_costs(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    backlog: int,
+    clients: int,
+    concurrency: int,
+    seconds: float,
+    workdir: Path,
+) -> None:
+    """The task controls' cost on the same workload: the kind limited by max_running (a limit
+    that leaves every slot free, so only its bookkeeping counts, and one that binds), and the
+    backlog spread over priorities, against the kind without settings, all at priority 0."""
+    slots = {"cycle": clients * CYCLE_BATCH, "workers": clients * concurrency}  # tasks held at most
+    loose = max(64, 2 * max(slots.values()))
+    tight = max(1, min(slots.values()) // 4)
+    runs: list[tuple[str, int, int | None]] = [  # label, priorities, max_running
+        ("baseline  no kind settings, every task at priority 0", 1, None),
+        (f"max_running {loose} (binds no slot: only its bookkeeping)", 1, loose),
+        (f"max_running {tight} (binds: a quarter of the slots or fewer)", 1, tight),
+        (f"priorities 0 .. {PRIORITIES - 1} at random", PRIORITIES, None),
+    ]
+    print(
+        f"  task controls: tasks completed per second, backlog {backlog:,}, {clients} pgbench clients "
+        f"({slots['cycle']} slots) or worker processes with --concurrency {concurrency} ({slots['workers']} "
+        f"slots), {seconds:.0f} s per run:"
+    )
+    print(
+        f"    {'':<62} {f'task_cycle by pgbench ({CYCLE_BATCH} per call)':<38}{'tenure task workers':<22}"
+        "most leased at once (pgbench / workers)"
+    )
+    baseline: dict[str, float] = {}
+    for label, priorities, max_running in runs:
+        rates: dict[str, float] = {}
+        most: dict[str, int] = {}
+        for how in ("cycle", "workers"):
+            rates[how] = completion_rate(
+                admin,
+                conninfo,
+                how,
+                backlog=backlog,
+                clients=clients,
+                concurrency=concurrency,
+                seconds=seconds,
+                workdir=workdir,
+                priorities=priorities,
+                max_running=max_running,
+            )
+            most[how] = most_leased(admin)
+        baseline = baseline or rates
+        cycle, workers = (
+            f"{rates[how]:8.0f} /s   {rates[how] / baseline[how] if baseline[how] else float('nan'):.2f}"
+            for how in ("cycle", "workers")
+        )
+        print(
+            f"    {label:<62} {cycle:<38}{workers:<22}{most['cycle']} / {most['workers']}",
+            flush=True,
+        )
+    clean(admin)
+
+
+# The most tasks leased at the same moment, by the server's clock: each task's last lease
+# (its current epoch) runs from its leased_at in the log to its last action (completed,
+# released or failed), or on past the end while it is still held.
+MOST_LEASED_SQL = """
+SELECT coalesce(max(leased), 0) FROM (
+    SELECT sum(v.step) OVER (ORDER BY v.at, v.step ROWS UNBOUNDED PRECEDING) AS leased
+      FROM tenure.task_lease_log l
+      JOIN tenure.task t ON t.id = l.task_id AND t.epoch = l.epoch
+     CROSS JOIN LATERAL (
+         VALUES (l.leased_at, 1),
+                (CASE WHEN t.owner IS NULL THEN t.last_action ELSE 'infinity' END, -1)) v (at, step)
+) w
+"""
+
+
+def most_leased(admin: psycopg.Connection[Any]) -> int:
+    return int(scalar(admin, MOST_LEASED_SQL))
 
 
 @contextmanager
