@@ -3,7 +3,6 @@ DECLARE
     v_fn text;
 BEGIN
     FOREACH v_fn IN ARRAY ARRAY[
-        'tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer)',
         'tenure.task_enqueue_many(jsonb)',
         'tenure.task_acquire(uuid, interval, integer, text[])',
         'tenure.task_extend(uuid, uuid, bigint, interval)',
@@ -19,5 +18,11 @@ BEGIN
             RAISE 'tenure_worker cannot execute %', v_fn;
         END IF;
     END LOOP;
+    -- task_enqueue gained arguments after v0.2.0 (the task controls): either signature.
+    IF NOT EXISTS (SELECT FROM pg_proc p
+                    WHERE p.oid::regprocedure::text LIKE 'tenure.task_enqueue(text,jsonb,text,interval,uuid,text,integer%'
+                      AND has_function_privilege('tenure_worker', p.oid, 'EXECUTE')) THEN
+        RAISE 'tenure_worker cannot execute tenure.task_enqueue';
+    END IF;
 END
 $$;
