@@ -262,6 +262,11 @@ BEGIN
         PERFORM tenure._invalid_argument('replica_ping', 'p_replica', 'must be the replica holding the lock',
             quote_literal(p_replica), format('This session acquired it as %s.', quote_nullable(v_row.replica)));
     END IF;
+    -- A ping confirms the epoch (a replica takes up an epoch it gave up only after one):
+    -- it must commit as durably as the acquisition, whatever the session's own setting.
+    -- With synchronous_commit off, an old primary thawed after a failover confirmed it
+    -- at once, while a new primary's replica held the next epoch.
+    PERFORM tenure._durable();
     v_now := coalesce(p_now, clock_timestamp());
     UPDATE tenure.replica_lock AS r
        SET renewed_at = v_now, reserved_until = v_now + p_reserve

@@ -3,7 +3,7 @@
 -- t0 = 2026-01-01 00:00:00 UTC. Behaviour across sessions (another session holds the
 -- lock, a session ends) is tested from Python with several connections and processes.
 BEGIN;
-SELECT plan(51);
+SELECT plan(52);
 
 -- Signatures -------------------------------------------------------------------------
 SELECT has_function('tenure', 'replica_lock_id', ARRAY['integer', 'text']);
@@ -85,8 +85,12 @@ SELECT results_eq(
     $$SELECT scope, pid, replica, epoch FROM tenure.replicas WHERE scope = 'svc'$$,
     $$VALUES ('svc', pg_backend_pid(), 'a', 1::bigint)$$,
     'the view replicas shows the same');
+SET LOCAL synchronous_commit = off;
 SELECT is(tenure._replica_ping('a', 1, '5 s', 0, 'svc', '2026-01-01 00:00:01+00'),
     '2026-01-01 00:00:01+00'::timestamptz, 'a ping records the time');
+SELECT is(current_setting('synchronous_commit'), 'on',
+    'a ping raises synchronous_commit to on: it confirms the epoch, so it commits as durably as the acquisition');
+SET LOCAL synchronous_commit = on;
 SELECT is((SELECT reserved_until FROM tenure.replica_lock WHERE scope = 'svc'),
     '2026-01-01 00:00:06+00'::timestamptz, 'and moves the reservation to 5 s after it');
 SELECT throws_ok($$SELECT tenure.replica_ping('a', 2, NULL, 0, 'svc')$$, 'TN101', NULL,
