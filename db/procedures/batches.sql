@@ -714,6 +714,7 @@ DECLARE
     v_epochs bigint[];
     v_statuses text[];
     v_details text[];
+    v_attempts integer[];
     v_good bigint;
 BEGIN
     IF v_count = 0 OR EXISTS (
@@ -724,12 +725,14 @@ BEGIN
             OR (e.item ->> 'status') IS NULL OR (e.item ->> 'status') NOT IN ('committed', 'unknown')
             OR jsonb_typeof(e.item -> 'detail') NOT IN ('string', 'null')
             OR (e.item ->> 'id') !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
-            OR (e.item ->> 'epoch') !~ '^[0-9]{1,18}$') THEN
+            OR (e.item ->> 'epoch') !~ '^[0-9]{1,18}$'
+            OR (e.item ? 'attempt' AND (e.item ->> 'attempt') !~ '^[0-9]{1,9}$')) THEN
         RETURN false;
     END IF;
     SELECT array_agg((e.item ->> 'id')::uuid ORDER BY e.ord), array_agg((e.item ->> 'epoch')::bigint ORDER BY e.ord),
-           array_agg(e.item ->> 'status' ORDER BY e.ord), array_agg(e.item ->> 'detail' ORDER BY e.ord)
-      INTO v_ids, v_epochs, v_statuses, v_details
+           array_agg(e.item ->> 'status' ORDER BY e.ord), array_agg(e.item ->> 'detail' ORDER BY e.ord),
+           array_agg((e.item ->> 'attempt')::integer ORDER BY e.ord)
+      INTO v_ids, v_epochs, v_statuses, v_details, v_attempts
       FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord);
     IF (SELECT count(DISTINCT r.id) FROM unnest(v_ids) r(id)) <> v_count THEN
         RETURN false;  -- an id twice
@@ -742,12 +745,13 @@ BEGIN
      ORDER BY c.key
        FOR KEY SHARE;
     v_now := coalesce(p_now, clock_timestamp());  -- after the locks, as claim_fence reads it
-    -- every batch found and resolvable, of a key held now in the epoch given (each row by its
-    -- primary key)
+    -- every batch found and resolvable, in the attempt given if one is, of a key held now in the
+    -- epoch given (each row by its primary key)
     SELECT count(*) INTO v_good
-      FROM unnest(v_ids, v_epochs) AS r(id, epoch)
+      FROM unnest(v_ids, v_epochs, v_attempts) AS r(id, epoch, attempt)
       CROSS JOIN LATERAL (SELECT b.key FROM tenure.batch b
                            WHERE b.id = r.id AND b.keyspace = p_keyspace AND b.status IN ('pending', 'unknown')
+                             AND (r.attempt IS NULL OR b.attempts = r.attempt)
                            LIMIT 1) b
       CROSS JOIN LATERAL (SELECT FROM tenure.claim_key c
                            WHERE c.keyspace = p_keyspace AND c.key = b.key
@@ -764,6 +768,29 @@ BEGIN
      WHERE b.id = r.id;
     PERFORM pg_notify('tenure_batch', p_keyspace);
     RETURN true;
+END
+$$;
+
+-- A resolution about attempt p_attempt of batch p_id, refused once the batch was selected
+-- again: the external system was asked about an earlier submission, and an 'unknown' from
+-- then would send a batch applied since once more. Locks the batch as _batch_resolve_one does.
+CREATE OR REPLACE FUNCTION tenure._batch_check_attempt(p_keyspace text, p_id uuid, p_attempt integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_batch tenure.batch;
+BEGIN
+    SELECT * INTO v_batch FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace FOR UPDATE;
+    IF FOUND AND v_batch.attempts <> p_attempt THEN
+        RAISE EXCEPTION 'tenure.batch_resolve: batch % was selected again (attempt %) since attempt %', p_id,
+                        v_batch.attempts, p_attempt
+            USING ERRCODE = 'TN301',
+                  DETAIL = format('Batch %s of key %L (seq %s) is %s in attempt %s; the resolution is about attempt %s.',
+                                  p_id, v_batch.key, v_batch.seq, v_batch.status, v_batch.attempts, p_attempt),
+                  HINT = 'Ask the external system about the batch as batch_pending returns it now.';
+    END IF;
 END
 $$;
 
@@ -806,16 +833,23 @@ BEGIN
         END IF;
         -- In id order, so that two callers lock the same batches in the same order.
         FOR v_item IN
-            SELECT e.ord, r.id, r.epoch, r.status, r.detail, jsonb_typeof(e.item) = 'object' AS is_object
+            SELECT e.ord, r.id, r.epoch, r.status, r.detail, r.attempt, jsonb_typeof(e.item) = 'object' AS is_object
               FROM jsonb_array_elements(p_resolutions) WITH ORDINALITY AS e(item, ord),
                    LATERAL jsonb_to_record(CASE jsonb_typeof(e.item) WHEN 'object' THEN e.item ELSE '{}' END)
-                       AS r(id uuid, epoch bigint, status text, detail text)
+                       AS r(id uuid, epoch bigint, status text, detail text, attempt integer)
              ORDER BY r.id, e.ord
         LOOP
             IF NOT v_item.is_object OR v_item.id IS NULL OR v_item.epoch IS NULL THEN
                 PERFORM tenure._invalid_argument('batch_resolve_many', format('resolution %s', v_item.ord),
                     'needs an object with id and epoch', 'see the resolution at that position',
                     'Fix that resolution; nothing was resolved.');
+            END IF;
+            IF v_item.attempt < 1 THEN
+                PERFORM tenure._invalid_argument('batch_resolve_many', format('resolution %s', v_item.ord),
+                    'has an attempt below 1', v_item.attempt::text,
+                    'Pass the attempts of the batch as batch_pending or batch_select returned it.');
+            ELSIF v_item.attempt IS NOT NULL THEN
+                PERFORM tenure._batch_check_attempt(p_keyspace, v_item.id, v_item.attempt);
             END IF;
             PERFORM tenure._batch_resolve_one(p_keyspace, p_instance, v_item.id, v_item.epoch, v_item.status,
                                               v_item.detail, p_now);
@@ -824,7 +858,7 @@ BEGIN
         PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);
     EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range OR datatype_mismatch THEN
         PERFORM tenure._invalid_argument('batch_resolve_many', 'p_resolutions', 'has a value of the wrong type',
-            SQLERRM, 'id must be a uuid, epoch an integer, status and detail strings.');
+            SQLERRM, 'id must be a uuid, epoch and attempt integers, status and detail strings.');
     END;
     RETURN v_count;
 END
@@ -837,9 +871,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT tenure._batch_resolve_many(p_keyspace, p_instance, p_resolutions, NULL) $$;
 
 COMMENT ON FUNCTION tenure.batch_resolve_many(text, uuid, jsonb) IS
-$$Resolve several batches of queue p_keyspace at once, all or none: p_resolutions is a JSON array of {"id", "epoch", "status", "detail"?} objects, each checked and applied as batch_resolve does.
+$$Resolve several batches of queue p_keyspace at once, all or none: p_resolutions is a JSON array of {"id", "epoch", "status", "detail"?, "attempt"?} objects, each checked and applied as batch_resolve does. With "attempt" (the attempts of the batch_grant the external system was asked about), a resolution applies only to that selection of the batch: one that arrives after the batch was selected again (a resolution sent late, or by a call whose answer was lost) is refused, so it cannot send a batch already applied once more.
 Returns how many batches were resolved.
-Errors: those of batch_resolve for any one of them (nothing is resolved then); TN001 when p_resolutions is not an array of objects with id and epoch.$$;
+Errors: those of batch_resolve for any one of them (nothing is resolved then); TN301 when the batch was selected again since the attempt given; TN001 when p_resolutions is not an array of objects with id and epoch.$$;
 
 -- Operator repairs of an invalid batch: skip it (status skipped) or queue it again.
 CREATE OR REPLACE FUNCTION tenure._batch_repair(p_function text, p_keyspace text, p_id uuid, p_status text)

@@ -29,6 +29,7 @@ ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key,
 \ir ../procedures/schedules@v0.2.0.sql
 
 -- Functions that came after v0.2.0.
+DROP FUNCTION tenure._batch_check_attempt(text, uuid, integer);
 DROP FUNCTION tenure._check_data(text, text, jsonb);
 DROP FUNCTION tenure._refuse_data(text, text, integer);
 DROP FUNCTION tenure._data_too_large(integer);

@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(255);
+SELECT plan(259);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -631,10 +631,28 @@ SELECT results_eq(
     $$VALUES ('unknown', 'lost', NULL::timestamptz)$$, 'unknown, with its detail, not resolved');
 SELECT is(pg_temp.sel('many', '00000000-0000-0000-0000-00000000000a', 100, 3, '2001-01-20 01:00:07+00'), 'M2/1',
     'M2 goes again: its key''s summary was refreshed');
+-- A resolution about the first attempt, landing after the second selection (sent late, or by
+-- a call whose answer was lost), must not send M2 again once the second went through.
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "unknown", "attempt": 1}]',
+                                     '2001-01-20 01:00:07.5+00')$$, pg_temp.u(1303)),
+    'TN301', format('tenure.batch_resolve: batch %s was selected again (attempt 2) since attempt 1', pg_temp.u(1303)),
+    'batch_resolve_many about an earlier attempt: TN301');
+SELECT results_eq(
+    $$SELECT status, attempts FROM tenure.batch WHERE id = pg_temp.u(1303)$$,
+    $$VALUES ('pending', 2)$$, 'M2 is still pending in its second attempt');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "unknown", "attempt": 0}]',
+                                     '2001-01-20 01:00:07.5+00')$$, pg_temp.u(1303)),
+    'TN001', 'tenure.batch_resolve_many: resolution 1 has an attempt below 1', 'an attempt of 0: TN001');
+SELECT throws_ok(
+    format($$SELECT pg_temp.res_many('[{"id": "%s", "epoch": 1, "status": "unknown", "attempt": "two"}]',
+                                     '2001-01-20 01:00:07.5+00')$$, pg_temp.u(1303)),
+    'TN001', NULL, 'an attempt that is not a number: TN001');
 SELECT is(
-    pg_temp.res_many(format('[{"id": "%s", "epoch": 1, "status": "committed"}]', pg_temp.u(1303))::jsonb,
+    pg_temp.res_many(format('[{"id": "%s", "epoch": 1, "status": "committed", "attempt": 2}]', pg_temp.u(1303))::jsonb,
                      '2001-01-20 01:00:08+00'),
-    1, 'batch_resolve_many: M2 committed');
+    1, 'batch_resolve_many: M2 committed, about its second attempt');
 SELECT results_eq(
     $$SELECT status, detail, resolved_at FROM tenure.batch WHERE id = pg_temp.u(1303)$$,
     $$VALUES ('committed', 'lost', '2001-01-20 01:00:08+00'::timestamptz)$$, 'committed at the time given');

@@ -233,6 +233,9 @@ class Resolution:
     epoch: int
     status: str  # 'committed', 'invalid' or 'unknown'
     detail: str | None = None
+    # the attempts of the grant the external system was asked about: the resolution is
+    # refused (TN301) once the batch was selected again (None: whatever attempt it is in)
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1039,6 +1042,7 @@ class Operations:
                 "epoch": r.epoch,
                 "status": r.status,
                 **({"detail": r.detail} if r.detail else {}),
+                **({"attempt": r.attempt} if r.attempt is not None else {}),
             }
             for r in resolutions
         ]

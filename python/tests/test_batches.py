@@ -287,6 +287,56 @@ def test_a_call_into_a_database_that_stops_answering_is_cut_at_its_bound(
     assert ledger.applied["po"] == [b"1", b"2"]
 
 
+def test_a_late_resolution_of_an_earlier_attempt_does_not_send_a_batch_again(
+    app_conninfo: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The monitor asks about attempt 1 of a batch whose submission failed. Before its answer
+    ('unknown', true of attempt 1) is recorded, an earlier resolution of the batch lands (as a
+    resolve cut at its call bound does, later, on the server during a failover), and the batch
+    is selected again and applied (attempt 2). The stale answer must not reach attempt 2 and
+    send the batch a third time: it is applied once (the failover demo applied such batches
+    twice)."""
+    driver = Driver(admin)
+    driver.batch_configure("late", mode="serial")
+    driver.batch_enqueue("late", "po", b"1")
+    applied: list[tuple[uuid.UUID, int]] = []
+    stale_answer_given = threading.Event()
+    pool: SubmissionPool
+
+    def submit(batch: BatchGrant) -> None:
+        if batch.attempts == 1:
+            raise ConnectionError("attempt 1 lost on its way")
+        applied.append((batch.id, batch.attempts))
+
+    def status(batch: BatchGrant) -> str:
+        done = batch.id in {id for id, _ in applied}
+        if batch.attempts == 1 and not stale_answer_given.is_set():
+            with psycopg.connect(app_conninfo, autocommit=True) as late:
+                Driver(late).batch_resolve(
+                    "late", pool.claimer.instance_id, batch.id, batch.claim_epoch, "unknown"
+                )
+            assert wait_until(lambda: len(applied) == 1), "attempt 2 went meanwhile"
+            stale_answer_given.set()
+        return "committed" if done else "unknown"
+
+    with SubmissionPool(
+        app_conninfo,
+        "late",
+        submit=submit,
+        status=status,
+        submitters=2,
+        cycle=5.0,
+        expiry=30.0,
+        poll_interval=0.05,
+    ) as pool:
+        assert wait_until(lambda: committed(driver, "late") == 1)
+        time.sleep(0.5)  # a batch sent again would be selected within a few polls
+    assert stale_answer_given.is_set()
+    assert [attempt for _, attempt in applied] == [2], "applied once, in its second attempt"
+    row = admin.execute("SELECT status, attempts FROM tenure.batch WHERE keyspace = 'late'").fetchone()
+    assert tuple(row or ()) == ("committed", 2)
+
+
 # -- asyncio only ------------------------------------------------------------------------
 
 

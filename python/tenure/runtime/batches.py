@@ -581,9 +581,10 @@ class Submissions:
         self, submitted: list[BatchGrant], outcomes: list[str | None]
     ) -> tuple[list[Resolution], bool]:
         """What the external system said of each submitted batch: the resolutions to record
-        (under the epoch each batch's key has now), and whether any batch is still in flight."""
+        (under the epoch each batch's key has now, about the attempt that was asked about), and
+        whether any batch is still in flight."""
         resolutions = [
-            Resolution(batch.id, batch.claim_epoch, outcome)
+            Resolution(batch.id, batch.claim_epoch, outcome, attempt=batch.attempts)
             for batch, outcome in zip(submitted, outcomes, strict=True)
             if outcome is not None
         ]
@@ -591,7 +592,9 @@ class Submissions:
 
     def _resolve(self, resolutions: list[Resolution]) -> Op[int]:
         """Resolve what the external system said, in one call; when a key changed hands
-        meanwhile, one by one what is still ours. Returns how many were resolved."""
+        meanwhile, or a batch was selected again since it was asked about (an earlier
+        resolution of it landed late: it is not resolved again from a stale answer), one by
+        one what is still ours. Returns how many were resolved."""
         if not resolutions:
             return 0
         instance = self.claimer.instance_id
@@ -603,7 +606,7 @@ class Submissions:
             done = []
             for r in resolutions:
                 try:
-                    yield from OPS.batch_resolve(self.keyspace, instance, r.id, r.epoch, r.status, r.detail)
+                    yield from OPS.batch_resolve_many(self.keyspace, instance, [r])
                     done.append(r)
                 except (ClaimLost, InvalidTransition) as error:
                     log.info("%s: could not resolve %s: %s", self.keyspace, r.id, error.message)
