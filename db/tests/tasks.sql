@@ -6,7 +6,7 @@
 -- H = 2000-02-01 (all 00:00:00 UTC): each section's tasks are not due in an earlier
 -- section's window, and tasks enqueued by the server clock are due in none of them.
 BEGIN;
-SELECT plan(232);
+SELECT plan(233);
 
 -- Runs _task_acquire and undoes it: which tasks would be leased, with no side effect.
 CREATE FUNCTION pg_temp.acquire_dry_run(p_owner uuid, p_lease interval, p_kinds text[], p_now timestamptz)
@@ -810,6 +810,25 @@ SELECT throws_ok(
     $$SELECT * FROM tenure._task_acquire('00000000-0000-0000-0000-00000000000c', '30 s', 1, NULL, now())$$,
     '42501', NULL, 'tenure_worker cannot call the time-travel function');
 RESET ROLE;
+
+-- Cost -------------------------------------------------------------------------
+-- The input check is inlined where it is called: a SQL function that is not (a subquery
+-- in its body) is parsed and planned again in every transaction that enqueues.
+CREATE FUNCTION pg_temp.plan_text(p_query text) RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_line text;
+    v_plan text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE, COSTS OFF) ' || p_query LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END
+$$;
+SELECT unalike(pg_temp.plan_text($$SELECT tenure._task_input_problem(i) FROM unnest(ARRAY[]::tenure._task_input[]) i$$),
+    '%_task_input_problem%', '_task_input_problem is inlined into the query that calls it');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -18,7 +18,8 @@
    the backlog spread over priorities 0 .. 9, against the kind without settings at priority 0.
 5. Tasks enqueued per second, one per call and in batches, against a one-row INSERT.
 6. Wake-up latency from enqueue to lease start with and without LISTEN/NOTIFY, against
-   a bare NOTIFY reaching a listener (on) and against the poll interval (off).
+   a bare NOTIFY reaching a listener (on) and against the poll interval (off); for scale,
+   a bare queue's wake-up (INSERT + NOTIFY, a SKIP LOCKED claim on the notification).
 7. Claims: instances holding their fair share of 10,000 (and 1,000) keys, each running
    claim_cycle (and, for reference, claim_renew + claim_take in two calls) as fast as it
    can (one pgbench client per instance), against

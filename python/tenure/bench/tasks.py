@@ -2,7 +2,8 @@
 AsyncTaskWorker, ``tenure task worker --async``) and through SQL alone, against
 the bare SKIP LOCKED claim and complete on a plain table; the same through a handler in
 any language (``--exec``, ``--http``) against the Python worker; enqueues per second
-against a one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY.
+against a one-row INSERT; wake-up latency from enqueue to lease against a bare NOTIFY
+(and, for scale, a bare queue's INSERT + NOTIFY and SKIP LOCKED claim on it).
 """
 
 from __future__ import annotations
@@ -512,6 +513,43 @@ def notify_latencies(conninfo: str, *, count: int) -> list[float]:
     return latencies
 
 
+# A bare queue's wake-up, the same work as tenure's without tenure: the producer inserts a
+# job and notifies in one statement (the job due at the insert's clock), the consumer claims
+# it on the notification with one SKIP LOCKED update (stamped by the clock then) and marks it
+# done; one connection each, no pool, no fencing, no lease log.
+BARE_ENQUEUE_NOTIFY_SQL = (
+    "WITH job AS (INSERT INTO tenure_bench.jobs (due) VALUES (clock_timestamp()) RETURNING id) "
+    "SELECT pg_notify('tenure_bench_jobs', id::text) FROM job"
+)
+BARE_CLAIM_ON_NOTIFY_SQL = (
+    "UPDATE tenure_bench.jobs SET owner = gen_random_uuid(), "
+    "leased_until = clock_timestamp() + interval '30 s' "
+    "WHERE id = (SELECT id FROM tenure_bench.jobs WHERE NOT done AND leased_until <= now() "
+    "ORDER BY due LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, extract(epoch FROM clock_timestamp() - due)::float8"
+)
+
+
+def bare_queue_latencies(admin: psycopg.Connection[Any], conninfo: str, *, count: int) -> list[float]:
+    """A bare queue's wake-up: from the job's insert to its claim on the notification, by the
+    server's clock."""
+    clean(admin)
+    latencies = []
+    with (
+        psycopg.connect(conninfo, autocommit=True) as consumer,
+        psycopg.connect(conninfo, autocommit=True) as producer,
+    ):
+        consumer.execute("LISTEN tenure_bench_jobs")
+        for _ in spaced(count):
+            producer.execute(BARE_ENQUEUE_NOTIFY_SQL)
+            (_notify,) = consumer.notifies(timeout=5, stop_after=1)  # read whole: it holds the connection
+            row = consumer.execute(BARE_CLAIM_ON_NOTIFY_SQL).fetchone()
+            assert row is not None
+            latencies.append(float(row[1]))
+            consumer.execute("UPDATE tenure_bench.jobs SET done = true, owner = NULL WHERE id = %s", row[:1])
+    return latencies
+
+
 def wake_latencies(
     admin: psycopg.Connection[Any], conninfo: str, *, listen: bool, poll: float, tasks: int, workdir: Path
 ) -> list[float]:
@@ -537,6 +575,7 @@ def wake_latencies(
 def wake_latency(admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, workdir: Path) -> None:
     poll = 1.0
     bare = notify_latencies(conninfo, count=tasks)
+    queue = bare_queue_latencies(admin, conninfo, count=tasks)
     on = wake_latencies(admin, conninfo, listen=True, poll=poll, tasks=tasks, workdir=workdir)
     off = wake_latencies(admin, conninfo, listen=False, poll=poll, tasks=tasks, workdir=workdir)
     print(
@@ -553,5 +592,6 @@ def wake_latency(admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, w
 
     bare50, bare99 = percentile(bare, 50), percentile(bare, 99)
     line("baseline  bare NOTIFY to the listener's next query", bare, bare50, bare99)
+    line("bare queue: INSERT + NOTIFY, SKIP LOCKED claim on it", queue, bare50, bare99)
     line("notifications on", on, bare50, bare99)
     line("notifications off (--no-listen), ratio to the poll", off, poll, poll)
