@@ -54,6 +54,7 @@ import psycopg
 
 from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
+from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
 from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
@@ -109,6 +110,7 @@ def run_bench(
     soak_age: float | None = None,
     supervise_faults: int = 20,
     workdir: Path | None = None,
+    repeat: int = 1,
 ) -> int:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -120,8 +122,15 @@ def run_bench(
         )
         admin.execute(JOBS_DDL)
         admin.execute(CLAIMS_PLAIN_DDL)
+        cluster = durability(admin)
 
     print(f"tenure bench ({', '.join(sections)}): {clients} clients, {seconds:.0f} s per throughput run")
+    print(f"  cluster: {cluster}")
+    if repeat > 1:
+        print(
+            f"  repeated rows: {repeat} interleaved rounds; each shows the median and the spread of its runs "
+            f"((max - min) / median; MOVED past {SPREAD_LIMIT:.0%})"
+        )
     if "heartbeat" in sections:
         heartbeat_throughput(admin_conninfo, clients=clients, seconds=seconds, workdir=workdir)
     if "takeover" in sections:
@@ -138,6 +147,7 @@ def run_bench(
                     concurrency=task_concurrency,
                     seconds=task_seconds,
                     workdir=workdir,
+                    repeat=repeat,
                 )
             control_costs(
                 admin,
@@ -179,7 +189,9 @@ def run_bench(
                 workdir=workdir,
             )
         if "queue" in sections:
-            queue_bench(admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir)
+            queue_bench(
+                admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir, repeat=repeat
+            )
         if "peers" in sections:
             peers_bench(
                 admin,
@@ -188,6 +200,7 @@ def run_bench(
                 python=peers_python or default_peers_python(),
                 workdir=workdir,
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
+                repeat=repeat,
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
@@ -329,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"({','.join(f'{p}x{c}' for p, c in TENURE_CONFIGS)})",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each throughput row of the tasks, queue and peers sections, in interleaved rounds; "
+        "each row shows their median and spread (1; make bench: 3)",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -361,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
     if args.supervise_faults < 1:
         parser.error(f"--supervise-faults: at least 1; got {args.supervise_faults}")
+    if args.repeat < 1:
+        parser.error(f"--repeat: at least 1; got {args.repeat}")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -387,4 +409,5 @@ def main(argv: list[str] | None = None) -> int:
         soak_age=args.soak_age,
         supervise_faults=args.supervise_faults,
         workdir=args.workdir,
+        repeat=args.repeat,
     )
