@@ -24,7 +24,7 @@ SMALL = [
     "--backlogs", "2000", "--task-workers", "1", "--task-seconds", "1",
     "--enqueue-batches", "10", "--wake-tasks", "3",
     "--claim-keys", "40", "--claim-instances", "2",
-    "--queue-keys", "2", "--queue-batches", "16", "--replica-trials", "1",
+    "--queue-keys", "2", "--queue-batches", "16", "--queue-seconds", "0", "--replica-trials", "1",
     "--supervise-faults", "1",
 ]  # fmt: skip
 
@@ -147,7 +147,12 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     _, _, side_by_side = result.stdout.partition("side by side")
-    rows = re.findall(r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5}$", side_by_side, re.MULTILINE)
+    # system, configuration, jobs/s, five ratios, start-up, then the runs' spread ("1 run" here)
+    rows = re.findall(
+        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +-?\d+\.\d\d s +1 run$",
+        side_by_side,
+        re.MULTILINE,
+    )
     systems = [system for system, _, _ in rows]
     for system in ("floor", *PGQUEUER_BATCHES, "procrastinate", "tenure"):
         assert system in systems, f"no {system} row in the table:\n{output}"

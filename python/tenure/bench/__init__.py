@@ -56,7 +56,7 @@ from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
-from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
+from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
 from tenure.bench.supervise import supervise
@@ -103,9 +103,11 @@ def run_bench(
     queue_keys: list[int],
     queue_batches: int,
     replica_trials: int,
+    queue_seconds: float = 5.0,
     peer_jobs: int = 20_000,
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
+    peer_systems: list[str] | None = None,
     soak_seconds: float = 1800.0,
     soak_age: float | None = None,
     supervise_faults: int = 20,
@@ -190,7 +192,13 @@ def run_bench(
             )
         if "queue" in sections:
             queue_bench(
-                admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir, repeat=repeat
+                admin,
+                admin_conninfo,
+                keys=queue_keys,
+                batches=queue_batches,
+                workdir=workdir,
+                repeat=repeat,
+                min_window=queue_seconds,
             )
         if "peers" in sections:
             peers_bench(
@@ -201,6 +209,7 @@ def run_bench(
                 workdir=workdir,
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
                 repeat=repeat,
+                systems=PEER_SYSTEMS if peer_systems is None else peer_systems,
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
@@ -231,6 +240,17 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
     return counts
+
+
+def _systems(text: str) -> list[str]:
+    """A comma-separated list of the peers section's systems beside tenure."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(PEER_SYSTEMS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"choose from {','.join(PEER_SYSTEMS)}; unknown: {','.join(unknown)}"
+        )
+    return chosen
 
 
 def _configs(text: str) -> list[tuple[int, int]]:
@@ -311,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="batches per submission-queue run, at least 4 per key (2000)",
     )
     parser.add_argument(
+        "--queue-seconds",
+        type=float,
+        default=5.0,
+        help="the shortest steady window (10%% to 90%% committed) of a submission-queue run: a shorter one "
+        "runs again with more batches per key (5; 0: never)",
+    )
+    parser.add_argument(
         "--sections",
         type=_sections,
         default=list(SECTIONS),
@@ -347,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="runs of each throughput row of the tasks, queue and peers sections, in interleaved rounds; "
         "each row shows their median and spread (1; make bench: 3)",
+    )
+    parser.add_argument(
+        "--peer-systems",
+        type=_systems,
+        default=None,
+        help=f"what drains beside tenure in the peers section ({','.join(PEER_SYSTEMS)}): on a slow "
+        "disk, procrastinate's 20,000 jobs take minutes a round",
     )
     parser.add_argument(
         "--workdir",
@@ -401,10 +435,12 @@ def main(argv: list[str] | None = None) -> int:
         claim_instances=args.claim_instances,
         queue_keys=args.queue_keys,
         queue_batches=args.queue_batches,
+        queue_seconds=args.queue_seconds,
         replica_trials=args.replica_trials,
         peer_jobs=args.peer_jobs,
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
+        peer_systems=args.peer_systems,
         soak_seconds=args.soak_seconds,
         soak_age=args.soak_age,
         supervise_faults=args.supervise_faults,

@@ -1,17 +1,17 @@
 """Peers: tenure's task workers side by side with pgqueuer and procrastinate, on the same
 cluster in the same run, against the bare two-commit SKIP LOCKED floor.
 
-Every system drains the same number of no-op jobs, and every one is measured the same
-way, from the database: what is left is counted every 0.1 s, and the rate is the jobs
-finished between 10% and 90% drained, by the server's clock, divided by the time that
-took (start-up and the tail are outside the window; the start-up, from the load to 10%
-drained, is reported apart). With ``--repeat N`` every system and configuration runs N
-times, in N interleaved rounds (each round runs them all once), and the table shows the
-median of each row with the spread of its runs. The whole backlog is loaded in one
-transaction and its table analyzed while every worker process is up and idle: the peers'
-processes wait, ready, for a word to start their worker loops; tenure's, started on an
-empty queue, find the backlog at their next poll (every 0.05 s). The floor's table is
-loaded and analyzed before pgbench starts.
+Every system drains the same number of no-op jobs, and every one is measured the same way,
+from the database: what is left is counted every 0.1 s, and the rate is the jobs finished
+between 10% and 90% drained, by the server's clock, divided by the time that took
+(start-up and the tail are outside the window; the start-up is reported apart: the time
+from the load to 10% drained less the time the steady rate takes for 10%). With ``--repeat
+N`` every system and configuration runs N times, in N interleaved rounds (each round runs
+them all once), and the table shows the median of each row with the spread of its runs.
+The whole backlog is loaded in one transaction and its table analyzed while every worker
+process is up and idle: the peers' processes wait, ready, for a word to start their worker
+loops; tenure's, started on an empty queue, find the backlog at their next poll (every
+0.05 s). The floor's table is loaded and analyzed before pgbench starts.
 
 - the floor: pgbench running :data:`tenure.bench.tasks.BARE_CLAIM_SQL` on a plain table
   (4 and 8 clients);
@@ -57,6 +57,9 @@ PROCRASTINATE_CONCURRENCY = (4,)
 
 PEER_SCHEMAS = {"pgqueuer": "bench_pgqueuer", "procrastinate": "bench_procrastinate"}
 
+# What runs beside tenure by default (--peer-systems): the floor and every peer.
+PEER_SYSTEMS = ("floor", *PGQUEUER_BATCHES, "procrastinate")
+
 # What is left, with the server's clock read after the count.
 LEFT_SQL = {
     "floor": "SELECT count(*), clock_timestamp() FROM tenure_bench.jobs WHERE NOT done",
@@ -93,7 +96,8 @@ class Drained:
     """One drain of the backlog."""
 
     rate: float  # jobs per second between 10% and 90% drained
-    startup: float  # seconds from the load (the peers: the word to start) to 10% drained
+    startup: float  # seconds from the load (the peers: the word to start) to 10% drained, less
+    # the time the steady rate takes for 10%: what starting cost
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,8 @@ def drain(
         samples.append((at, left))
         if left == 0:
             record.write_text("".join(f"{t - loaded_at:.3f} {n}\n" for t, n in samples))
-            return Drained(rate_between(samples, jobs), when_left(samples, 0.9 * jobs) - loaded_at)
+            rate = rate_between(samples, jobs)
+            return Drained(rate, when_left(samples, 0.9 * jobs) - loaded_at - 0.1 * jobs / rate)
         for process, log in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"{process.args!r} ended ({process.returncode}):\n{log.read_text()}")
@@ -312,8 +317,8 @@ def best(rows: Sequence[Row], system: str) -> Row | None:
 
 def table(rows: Sequence[Row]) -> list[str]:
     """Every row's jobs/s (the median of its runs) and its ratio to each reference: the floor at
-    4 and 8 clients and the best configuration of each peer; then its start-up (median seconds
-    from the load to 10% drained) and the spread of its runs."""
+    4 and 8 clients and the best configuration of each peer; then its start-up (the median of
+    :attr:`Drained.startup`) and the spread of its runs."""
     references: list[tuple[str, Row]] = []
     for clients in FLOOR_CLIENTS:
         ref = next((row for row in rows if row.config == f"pgbench, {clients} clients"), None)
@@ -351,7 +356,8 @@ def headline(rows: Sequence[Row]) -> list[str]:
     reference = best(rows, "pgqueuer-asyncpg")
     if reference is None:
         return []
-    lines = [f"  headline: tenure's best over pgqueuer-asyncpg's best ({reference.config}, {reference.rate:.0f} /s):"]
+    title = f"tenure's best over pgqueuer-asyncpg's best ({reference.config}, {reference.rate:.0f} /s)"
+    lines = [f"  headline: {title}:"]
     for system, goal in GOALS.items():
         row = best(rows, system)
         if row is not None:
@@ -425,7 +431,10 @@ def peers_bench(
     workdir: Path,
     tenure_configs: Sequence[tuple[int, int]] = TENURE_CONFIGS,
     repeat: int = 1,
+    systems: Sequence[str] = PEER_SYSTEMS,
 ) -> list[Row]:
+    """Every system of ``systems`` (and tenure in each of ``tenure_configs``) drains ``jobs``
+    no-op jobs, ``repeat`` times in interleaved rounds."""
     if not Path(python).exists():
         raise RuntimeError(
             f"no peers' interpreter at {python}: run scripts/install-peers.sh (make bench does)"
@@ -448,11 +457,11 @@ def peers_bench(
 
     try:
         for round_ in range(1, repeat + 1):
-            for clients in FLOOR_CLIENTS:
+            for clients in FLOOR_CLIENTS if "floor" in systems else ():
                 add(floor_rate(admin, conninfo, clients=clients, jobs=jobs, workdir=workdir), round_)
             clean(admin)
             for peer, batches in PGQUEUER_BATCHES.items():
-                for batch in batches:
+                for batch in batches if peer in systems else ():
                     add(
                         peer_rate(
                             admin,
@@ -465,7 +474,7 @@ def peers_bench(
                         ),
                         round_,
                     )
-            for concurrency in PROCRASTINATE_CONCURRENCY:
+            for concurrency in PROCRASTINATE_CONCURRENCY if "procrastinate" in systems else ():
                 add(
                     peer_rate(
                         admin,
