@@ -254,10 +254,10 @@ def queue_bench(
     admin.execute(NAIVE_DDL)
     print("  submission queue, 8 submitters, a ledger that applies at once; batches committed per second")
     print(
-        "  end to end between 10% and 90% committed (start-up, from the start to 10%, apart), against a naive"
+        "  end to end between 10% and 90% committed (start-up apart: the time to 10% less the steady time),"
     )
     print(
-        "  FIFO SKIP LOCKED queue with 8 threads and the same ledger"
+        "  against a naive FIFO SKIP LOCKED queue with 8 threads and the same ledger"
         f"{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}"
         f"{f'; runs grown to a steady window of {min_window:g} s or more' if min_window > 0 else ''}:"
     )
