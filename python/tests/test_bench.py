@@ -28,8 +28,8 @@ SMALL = [
     "--supervise-faults", "1",
 ]  # fmt: skip
 
-# peers and soak have their own tests below
-EXCEPT_PEERS = ",".join(section for section in SECTIONS if section not in ("peers", "soak"))
+# peers (with memory) and soak have their own tests below
+EXCEPT_PEERS = ",".join(section for section in SECTIONS if section not in ("peers", "memory", "soak"))
 
 
 @pytest.mark.timeout(600)
@@ -136,8 +136,9 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
         pytest.skip(message)
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers"),
+            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers,memory"),
             *("--peer-jobs", "400", "--peer-tenure", "1x2,2x1", "--peers-python", python),
+            *("--memory-tasks", "20", "--memory-hold", "2"),
             *("--workdir", str(tmp_path)),
         ],
         capture_output=True,
@@ -161,6 +162,12 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
         "2 processes x concurrency 1",
     ], output
     assert all(int(rate) > 0 for _, _, rate in rows), output
+    # memory: each worker's resident size idle and with the tasks in flight, pgqueuer's first
+    memory = re.findall(
+        r"^ {4}(pgqueuer|tenure) .* idle +([0-9.]+) MiB +in flight +([0-9.]+) MiB", result.stdout, re.M
+    )
+    assert [system for system, _, _ in memory] == ["pgqueuer", "tenure", "tenure"], output
+    assert all(float(idle) > 0 and float(busy) > 0 for _, idle, busy in memory), output
     plot = re.search(r"plot: (\S+\.png)", result.stdout)
     assert plot is not None and Path(plot.group(1)).stat().st_size > 0, output
     # The peers' schemas are gone with the section.

@@ -33,10 +33,12 @@
 10. Peers: tenure's task workers, pgqueuer (asyncpg and psycopg) and procrastinate each
    draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
    (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
-11. The retention soak: electors, a task worker, claimers and a submission queue under steady
+11. Memory: the resident size of one worker process idle and with 1,000 tasks in flight,
+   tenure's TaskWorker and AsyncTaskWorker against pgqueuer (:mod:`tenure.bench.memory`).
+12. The retention soak: electors, a task worker, claimers and a submission queue under steady
    churn with two maintainers pruning every history; rows and sizes per table at the warm-up,
    the middle and the end, and the growth from the middle to the end (:mod:`tenure.bench.soak`).
-12. Supervised commands: ``tenure elect --exec`` shims whose child makes fenced writes; the
+13. Supervised commands: ``tenure elect --exec`` shims whose child makes fenced writes; the
    primary's shim SIGKILLed, SIGSTOPped and cut off from the database (pg_terminate_backend),
    20 times each: the time from the fault and from the end of the grant's safe window to the
    child's death, and what is left before anyone else could be granted the type
@@ -56,6 +58,7 @@ from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
+from tenure.bench.memory import memory
 from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
@@ -81,6 +84,7 @@ SECTIONS = (
     "replicas",
     "supervise",
     "peers",
+    "memory",
     "soak",
 )
 
@@ -108,6 +112,8 @@ def run_bench(
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
     peer_systems: list[str] | None = None,
+    memory_tasks: int = 1000,
+    memory_hold: float = 20.0,
     soak_seconds: float = 1800.0,
     soak_age: float | None = None,
     supervise_faults: int = 20,
@@ -210,6 +216,15 @@ def run_bench(
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
                 repeat=repeat,
                 systems=PEER_SYSTEMS if peer_systems is None else peer_systems,
+            )
+        if "memory" in sections:
+            memory(
+                admin,
+                admin_conninfo,
+                python=peers_python or default_peers_python(),
+                workdir=workdir,
+                tasks=memory_tasks,
+                hold=memory_hold,
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
@@ -383,6 +398,15 @@ def build_parser() -> argparse.ArgumentParser:
         "disk, procrastinate's 20,000 jobs take minutes a round",
     )
     parser.add_argument(
+        "--memory-tasks", type=int, default=1000, help="tasks in flight in the memory section (1000)"
+    )
+    parser.add_argument(
+        "--memory-hold",
+        type=float,
+        default=20.0,
+        help="seconds each task of the memory section takes: longer than leasing them all (20)",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -415,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
     if args.supervise_faults < 1:
         parser.error(f"--supervise-faults: at least 1; got {args.supervise_faults}")
+    if args.memory_tasks < 1 or args.memory_hold < 2:
+        parser.error("--memory-tasks: at least 1; --memory-hold: at least 2 s")
     if args.repeat < 1:
         parser.error(f"--repeat: at least 1; got {args.repeat}")
     if args.peer_jobs < 10:
@@ -441,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
         peer_systems=args.peer_systems,
+        memory_tasks=args.memory_tasks,
+        memory_hold=args.memory_hold,
         soak_seconds=args.soak_seconds,
         soak_age=args.soak_age,
         supervise_faults=args.supervise_faults,

@@ -156,11 +156,11 @@ def task_workers(
     concurrency: int = 1,
     asynchronous: bool = False,
     handled_by: Sequence[str] = PYTHON_WORKER,
-) -> Iterator[None]:
+) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
     """``count`` real ``tenure task worker`` processes of tenure.bench.app (or ``handled_by``:
     ``--exec ...`` or ``--http ...``), ``concurrency`` tasks in flight each, started before the
     body runs and stopped with SIGTERM when it ends, however it ends; with ``asynchronous``,
-    AsyncTaskWorkers (``--async``)."""
+    AsyncTaskWorkers (``--async``). The block gets the processes with their logs."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
         *("--concurrency", str(concurrency), "--lease", "30", *options),
@@ -175,7 +175,7 @@ def task_workers(
                 processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log_path))
         for process, log_path in processes:
             wait_started(process, log_path)
-        yield
+        yield processes
     finally:
         stop_processes(processes)
 
