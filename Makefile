@@ -12,7 +12,11 @@
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
 #             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600");
-#             45 to 60 minutes in all
+#             the headline on a durable cluster (PostgreSQL's defaults for fsync, synchronous_commit,
+#             full_page_writes, wal_sync_method), then BENCH_ARGS, or else BENCH_FAST_ARGS (tasks, peers),
+#             on a cluster with fsync off, labelled as the view of CPU cost; throughput rows run
+#             BENCH_REPEAT (3) times in interleaved rounds, medians and spreads printed.
+#             BENCH_DURABILITY=durable (or fast) runs only that cluster. Two hours or more in all
 # Each installs what it needs first (Debian packages as root, Python packages in .venv,
 # the peers of the bench in .venv-peers).
 
@@ -40,8 +44,19 @@ test: deps peers releases
 demo: deps
 	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_demo && .venv/bin/tenure demo --db "dbname=tenure_demo"'
 
+BENCH_DURABILITY ?= both
+BENCH_REPEAT ?= 3
+BENCH_FAST_ARGS ?= --sections tasks,peers
 bench: deps peers
-	scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" $(BENCH_ARGS)'
+	@case "$(BENCH_DURABILITY)" in both|durable|fast) ;; *) echo "BENCH_DURABILITY: both, durable or fast" >&2; exit 2;; esac
+	@if [ "$(BENCH_DURABILITY)" != fast ]; then \
+	    echo "== the headline: a durable cluster"; \
+	    TENURE_PG_DURABILITY=durable scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" --repeat $(BENCH_REPEAT) $(BENCH_ARGS)'; \
+	fi
+	@if [ "$(BENCH_DURABILITY)" != durable ]; then \
+	    echo "== the view of CPU cost: a cluster with fsync off (no production cluster runs so)"; \
+	    TENURE_PG_DURABILITY=fast scripts/with-cluster.sh bash -c 'scripts/deploy.sh tenure_bench && .venv/bin/tenure bench --db "dbname=tenure_bench" --repeat $(BENCH_REPEAT) $(if $(filter fast,$(BENCH_DURABILITY)),$(BENCH_ARGS),$(or $(BENCH_ARGS),$(BENCH_FAST_ARGS)))'; \
+	fi
 
 # the contract fuzz campaign and the batch queue's model test at full size (make test runs
 # 3,000 random calls and 300 model runs)

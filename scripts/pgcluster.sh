@@ -3,6 +3,12 @@
 #   scripts/pgcluster.sh start DIR   initdb + start on a free port; writes DIR/env
 #   scripts/pgcluster.sh restart DIR crash-restart it (pg_ctl restart -m immediate)
 #   scripts/pgcluster.sh stop DIR    stop and remove DIR
+# TENURE_PG_DURABILITY picks the settings of a new cluster:
+#   fast (the default; tests, demo)  fsync = off, full_page_writes = off: a crash of the
+#                                    machine can lose or corrupt it, and a commit costs CPU only
+#   durable (make bench's headline)  PostgreSQL's own defaults for fsync, synchronous_commit,
+#                                    full_page_writes and wal_sync_method, as production runs
+# TENURE_PG_PORT starts it on that port instead of a free one.
 # PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres`
 # system user (created by Debian's postgresql package, or here if missing).
 set -euo pipefail
@@ -29,7 +35,16 @@ start)
     fi
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown postgres "$dir"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    durability=${TENURE_PG_DURABILITY:-fast}
+    case "$durability" in
+    fast) settings=$'fsync = off\nfull_page_writes = off' ;;
+    durable) settings='# durable: fsync, synchronous_commit, full_page_writes, wal_sync_method at their defaults' ;;
+    *)
+        echo "TENURE_PG_DURABILITY: fast or durable, not '$durability'" >&2
+        exit 2
+        ;;
+    esac
+    port=${TENURE_PG_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
     as_owner "$PG_BIN/initdb" --pgdata="$dir/data" --username=postgres --auth=trust \
         --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log"
     cat >>"$dir/data/postgresql.conf" <<CONF
@@ -37,8 +52,7 @@ listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
 max_connections = 300
-fsync = off
-full_page_writes = off
+$settings
 timezone = 'UTC'
 log_timezone = 'UTC'
 CONF
@@ -49,8 +63,9 @@ export PGPORT=$port
 export PGUSER=postgres
 export PGDATA_DIR=$dir/data
 export TENURE_PG_DIR=$dir
+export TENURE_PG_DURABILITY=$durability
 ENV
-    echo "PostgreSQL 15 started on 127.0.0.1:$port (data in $dir/data)"
+    echo "PostgreSQL 15 started on 127.0.0.1:$port (data in $dir/data, $durability)"
     ;;
 restart)
     # A crash and recovery: no shutdown checkpoint, every connection dropped.

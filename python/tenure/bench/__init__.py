@@ -34,10 +34,12 @@
 10. Peers: tenure's task workers, pgqueuer (asyncpg and psycopg) and procrastinate each
    draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
    (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
-11. The retention soak: electors, a task worker, claimers and a submission queue under steady
+11. Memory: the resident size of one worker process idle and with 1,000 tasks in flight,
+   tenure's TaskWorker and AsyncTaskWorker against pgqueuer (:mod:`tenure.bench.memory`).
+12. The retention soak: electors, a task worker, claimers and a submission queue under steady
    churn with two maintainers pruning every history; rows and sizes per table at the warm-up,
    the middle and the end, and the growth from the middle to the end (:mod:`tenure.bench.soak`).
-12. Supervised commands: ``tenure elect --exec`` shims whose child makes fenced writes; the
+13. Supervised commands: ``tenure elect --exec`` shims whose child makes fenced writes; the
    primary's shim SIGKILLed, SIGSTOPped and cut off from the database (pg_terminate_backend),
    20 times each: the time from the fault and from the end of the grant's safe window to the
    child's death, and what is left before anyone else could be granted the type
@@ -55,8 +57,10 @@ import psycopg
 
 from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
+from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
-from tenure.bench.peers import TENURE_CONFIGS, default_peers_python, peers_bench
+from tenure.bench.memory import memory
+from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
 from tenure.bench.supervise import supervise
@@ -81,6 +85,7 @@ SECTIONS = (
     "replicas",
     "supervise",
     "peers",
+    "memory",
     "soak",
 )
 
@@ -103,13 +108,18 @@ def run_bench(
     queue_keys: list[int],
     queue_batches: int,
     replica_trials: int,
+    queue_seconds: float = 5.0,
     peer_jobs: int = 20_000,
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
+    peer_systems: list[str] | None = None,
+    memory_tasks: int = 1000,
+    memory_hold: float = 20.0,
     soak_seconds: float = 1800.0,
     soak_age: float | None = None,
     supervise_faults: int = 20,
     workdir: Path | None = None,
+    repeat: int = 1,
 ) -> int:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -121,8 +131,15 @@ def run_bench(
         )
         admin.execute(JOBS_DDL)
         admin.execute(CLAIMS_PLAIN_DDL)
+        cluster = durability(admin)
 
     print(f"tenure bench ({', '.join(sections)}): {clients} clients, {seconds:.0f} s per throughput run")
+    print(f"  cluster: {cluster}")
+    if repeat > 1:
+        print(
+            f"  repeated rows: {repeat} interleaved rounds; each shows the median and the spread of its runs "
+            f"((max - min) / median; MOVED past {SPREAD_LIMIT:.0%})"
+        )
     if "heartbeat" in sections:
         heartbeat_throughput(admin_conninfo, clients=clients, seconds=seconds, workdir=workdir)
     if "takeover" in sections:
@@ -139,6 +156,7 @@ def run_bench(
                     concurrency=task_concurrency,
                     seconds=task_seconds,
                     workdir=workdir,
+                    repeat=repeat,
                 )
             control_costs(
                 admin,
@@ -180,7 +198,15 @@ def run_bench(
                 workdir=workdir,
             )
         if "queue" in sections:
-            queue_bench(admin, admin_conninfo, keys=queue_keys, batches=queue_batches, workdir=workdir)
+            queue_bench(
+                admin,
+                admin_conninfo,
+                keys=queue_keys,
+                batches=queue_batches,
+                workdir=workdir,
+                repeat=repeat,
+                min_window=queue_seconds,
+            )
         if "peers" in sections:
             peers_bench(
                 admin,
@@ -189,6 +215,17 @@ def run_bench(
                 python=peers_python or default_peers_python(),
                 workdir=workdir,
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
+                repeat=repeat,
+                systems=PEER_SYSTEMS if peer_systems is None else peer_systems,
+            )
+        if "memory" in sections:
+            memory(
+                admin,
+                admin_conninfo,
+                python=peers_python or default_peers_python(),
+                workdir=workdir,
+                tasks=memory_tasks,
+                hold=memory_hold,
             )
     if "replicas" in sections:
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
@@ -219,6 +256,17 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
     return counts
+
+
+def _systems(text: str) -> list[str]:
+    """A comma-separated list of the peers section's systems beside tenure."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(PEER_SYSTEMS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"choose from {','.join(PEER_SYSTEMS)}; unknown: {','.join(unknown)}"
+        )
+    return chosen
 
 
 def _configs(text: str) -> list[tuple[int, int]]:
@@ -299,6 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="batches per submission-queue run, at least 4 per key (2000)",
     )
     parser.add_argument(
+        "--queue-seconds",
+        type=float,
+        default=5.0,
+        help="the shortest steady window (10%% to 90%% committed) of a submission-queue run: a shorter one "
+        "runs again with more batches per key (5; 0: never)",
+    )
+    parser.add_argument(
         "--sections",
         type=_sections,
         default=list(SECTIONS),
@@ -328,6 +383,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tenure task worker configurations beside the peers, PROCESSESxCONCURRENCY "
         f"({','.join(f'{p}x{c}' for p, c in TENURE_CONFIGS)})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each throughput row of the tasks, queue and peers sections, in interleaved rounds; "
+        "each row shows their median and spread (1; make bench: 3)",
+    )
+    parser.add_argument(
+        "--peer-systems",
+        type=_systems,
+        default=None,
+        help=f"what drains beside tenure in the peers section ({','.join(PEER_SYSTEMS)}): on a slow "
+        "disk, procrastinate's 20,000 jobs take minutes a round",
+    )
+    parser.add_argument(
+        "--memory-tasks", type=int, default=1000, help="tasks in flight in the memory section (1000)"
+    )
+    parser.add_argument(
+        "--memory-hold",
+        type=float,
+        default=20.0,
+        help="seconds each task of the memory section takes: longer than leasing them all (20)",
     )
     parser.add_argument(
         "--workdir",
@@ -362,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
     if args.supervise_faults < 1:
         parser.error(f"--supervise-faults: at least 1; got {args.supervise_faults}")
+    if args.memory_tasks < 1 or args.memory_hold < 2:
+        parser.error("--memory-tasks: at least 1; --memory-hold: at least 2 s")
+    if args.repeat < 1:
+        parser.error(f"--repeat: at least 1; got {args.repeat}")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -380,12 +462,17 @@ def main(argv: list[str] | None = None) -> int:
         claim_instances=args.claim_instances,
         queue_keys=args.queue_keys,
         queue_batches=args.queue_batches,
+        queue_seconds=args.queue_seconds,
         replica_trials=args.replica_trials,
         peer_jobs=args.peer_jobs,
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
+        peer_systems=args.peer_systems,
+        memory_tasks=args.memory_tasks,
+        memory_hold=args.memory_hold,
         soak_seconds=args.soak_seconds,
         soak_age=args.soak_age,
         supervise_faults=args.supervise_faults,
         workdir=args.workdir,
+        repeat=args.repeat,
     )

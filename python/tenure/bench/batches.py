@@ -8,6 +8,15 @@ in the same run, is a naive queue with the same ledger and the same number of
 threads: a plain table taken FIFO with ``FOR UPDATE SKIP LOCKED`` and marked done,
 which keeps no per-key order, no fairness and no fencing.
 
+Each rate is the steady one, between 10% and 90% of the run's batches committed; the
+start-up (from the pool's start, its claims on every key included, to 10% committed, less
+the time the steady rate takes for 10%) is reported apart. A run whose steady window is
+shorter than ``min_window`` seconds is too short to hold still (4,000 batches at 2,500/s
+leave a window of 1.3 s, sampled every 50 ms, and rows moved 2.5x between runs): in the
+first round such a row is run again with more batches per key, and keeps that size in
+later rounds. With ``repeat`` every row runs in that many interleaved rounds; the figures
+are the medians, with the spread.
+
 Fairness under a flood: 50 keys, one of which enqueued 5,000 batches before the 49
 others enqueued 100 each. Submissions are cut into consecutive windows of 10 per key
 (500) while every key still has batches waiting; Jain's index of the submissions per
@@ -30,6 +39,7 @@ from uuid import UUID
 
 import psycopg
 
+from tenure.bench.common import Repeated
 from tenure.driver import BatchGrant, Driver
 from tenure.runtime.batches import SubmissionPool
 from tenure.testing import plots
@@ -96,6 +106,27 @@ def steady_rate(samples: list[tuple[float, int]], total: int) -> float:
     return (high - low) / max(when(high) - when(low), 1e-9)
 
 
+MAX_QUEUE_BATCHES = 100_000  # the most batches one run may be grown to
+
+
+@dataclass(frozen=True)
+class Steady:
+    """One run: its steady rate, its start-up and its steady window, in seconds."""
+
+    batches: int
+    rate: float  # batches committed per second between 10% and 90% committed
+    startup: float  # from the start (the pool's, or the naive threads') to 10% committed, less the
+    # time the steady rate takes for 10%: what starting cost
+    window: float  # from 10% to 90% committed
+
+
+def steady(samples: list[tuple[float, int]], total: int, started: float) -> Steady:
+    rate = steady_rate(samples, total)
+    window = 0.8 * total / rate
+    first = next((t for t, n in samples if n >= 0.1 * total), samples[-1][0])
+    return Steady(total, rate, first - started - 0.1 * total / rate, window)
+
+
 def watch(count: Callable[[], int], total: int, *, timeout: float) -> list[tuple[float, int]]:
     samples = [(time.monotonic(), count())]
     deadline = samples[0][0] + timeout
@@ -142,7 +173,7 @@ def serving(conninfo: str, keyspace: str, ledger: RecordingLedger, *, depth: int
 
 def tenure_run(
     admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], mode: str, depth: int
-) -> tuple[list[tuple[float, int]], RecordingLedger]:
+) -> tuple[list[tuple[float, int]], RecordingLedger, float]:
     keyspace = f"bench-{mode}-{len(plan)}-{depth}"
     retire_keyspace(admin, keyspace)
     total = enqueue(admin, keyspace, plan, mode)
@@ -154,15 +185,16 @@ def tenure_run(
         return int(admin.execute(query, (keyspace,)).fetchone()[0])  # type: ignore[index]
 
     ledger = RecordingLedger()
+    started = time.monotonic()  # the pool's start (its claims on the keys) is part of the start-up
     with serving(conninfo, keyspace, ledger, depth=depth):
         samples = watch(committed, total, timeout=600)
     retire_keyspace(admin, keyspace)
-    return samples, ledger
+    return samples, ledger, started
 
 
 def naive_run(
     admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], threads: int = 8
-) -> tuple[list[tuple[float, int]], RecordingLedger]:
+) -> tuple[list[tuple[float, int]], RecordingLedger, float]:
     admin.execute("TRUNCATE tenure_bench.naive_batch")
     with admin.cursor() as cursor:
         cursor.executemany(
@@ -192,12 +224,13 @@ def naive_run(
         return int(admin.execute(query).fetchone()[0])  # type: ignore[index]
 
     workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    started = time.monotonic()
     for worker in workers:
         worker.start()
     samples = watch(done, total, timeout=600)
     for worker in workers:
         worker.join()
-    return samples, ledger
+    return samples, ledger, started
 
 
 def even_plan(keys: int, batches: int) -> list[tuple[str, int]]:
@@ -209,29 +242,73 @@ def flood_plan() -> list[tuple[str, int]]:
 
 
 def queue_bench(
-    admin: psycopg.Connection[Any], conninfo: str, *, keys: list[int], batches: int, workdir: Path
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    *,
+    keys: list[int],
+    batches: int,
+    workdir: Path,
+    repeat: int = 1,
+    min_window: float = 5.0,
 ) -> None:
     admin.execute(NAIVE_DDL)
     print("  submission queue, 8 submitters, a ledger that applies at once; batches committed per second")
-    print("  end to end, against a naive FIFO SKIP LOCKED queue with 8 threads and the same ledger:")
-    print("    keys  batches  naive FIFO (baseline)  mode            one-round       multi-round (depth 4)")
+    print(
+        "  end to end between 10% and 90% committed (start-up apart: the time to 10% less the steady time),"
+    )
+    print(
+        "  against a naive FIFO SKIP LOCKED queue with 8 threads and the same ledger"
+        f"{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}"
+        f"{f'; runs grown to a steady window of {min_window:g} s or more' if min_window > 0 else ''}:"
+    )
     curves: dict[str, list[tuple[float, int]]] = {}
+    labels = [("naive FIFO (baseline)", "", 0)] + [
+        (f"{mode}, {'one-round' if depth == 1 else f'depth {depth}'}", mode, depth)
+        for mode in ("unconstrained", "serial", "parallel")
+        for depth in (1, 4)
+    ]
     for count in keys:
-        plan = even_plan(count, max(batches, 4 * count))
-        total = sum(n for _, n in plan)
-        samples, _ = naive_run(admin, conninfo, plan=plan)
-        curves[f"{count} keys, naive FIFO"] = samples
-        base = steady_rate(samples, total)
-        for n, mode in enumerate(("unconstrained", "serial", "parallel")):
-            rates = []
-            for depth in (1, 4):
-                samples = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)[0]
-                curves[f"{count} keys, {mode}, depth {depth}"] = samples
-                rates.append(steady_rate(samples, total))
-            lead = f"    {count:>4}  {total:>7}  {base:>13.0f} /s  1.00" if n == 0 else " " * 41
+        per_key = {label: max(batches // count, 4) for label, _, _ in labels}
+        measured: dict[str, list[Steady]] = {label: [] for label, _, _ in labels}
+        for round_ in range(1, repeat + 1):
+            for label, mode, depth in labels:
+                while True:
+                    plan = even_plan(count, count * per_key[label])
+                    total = sum(n for _, n in plan)
+                    if mode:
+                        samples, _, began = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)
+                    else:
+                        samples, _, began = naive_run(admin, conninfo, plan=plan)
+                    run = steady(samples, total, began)
+                    short = run.window < min_window and total < MAX_QUEUE_BATCHES
+                    if not (short and round_ == 1):
+                        break
+                    grown = per_key[label] * min_window * 1.25 / max(run.window, 0.05)
+                    per_key[label] = min(max(int(grown) + 1, 2 * per_key[label]), MAX_QUEUE_BATCHES // count)
+                    print(
+                        f"    ({count} keys, {label}: {total:,} batches left a steady window of "
+                        f"{run.window:.1f} s; again with {count * per_key[label]:,})",
+                        flush=True,
+                    )
+                measured[label].append(run)
+                curves[f"{count} keys, {label}"] = samples
+                if repeat > 1:
+                    print(
+                        f"    round {round_}, {count} keys, {label}: {run.rate:,.0f} /s, "
+                        f"start-up {run.startup:.2f} s",
+                        flush=True,
+                    )
+        base = Repeated(tuple(run.rate for run in measured[labels[0][0]])).median
+        print(
+            f"    {'keys':>5}  {'':<26} {'batches':>8}  {'batches/s':>10}  ratio   start-up   "
+            f"{'runs' if repeat > 1 else ''}"
+        )
+        for label, _, _ in labels:
+            rates = Repeated(tuple(run.rate for run in measured[label]))
+            startup = Repeated(tuple(run.startup for run in measured[label])).median
             print(
-                f"{lead}  {mode:<14} {rates[0]:>6.0f} /s {rates[0] / base:5.2f}   "
-                f"{rates[1]:>6.0f} /s {rates[1] / base:5.2f}",
+                f"    {count:>5}  {label:<26} {measured[label][-1].batches:>8,}  {rates.median:>8,.0f} /s  "
+                f"{rates.median / base:5.2f}  {startup:6.2f} s   {rates.describe() if repeat > 1 else ''}",
                 flush=True,
             )
 

@@ -134,3 +134,45 @@ def stop_processes(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) ->
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+SPREAD_LIMIT = 0.15  # repeated runs of a row should agree within this (max - min over the median)
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """A figure measured in several runs (each of its rounds interleaved with the other rows'):
+    the median is the figure, the spread is (max - min) / median."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        ordered = sorted(self.values)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    @property
+    def spread(self) -> float:
+        median = self.median
+        return (max(self.values) - min(self.values)) / median if median else 0.0
+
+    def describe(self) -> str:
+        """``"min-max, spread 7%"`` (with ``MOVED`` past :data:`SPREAD_LIMIT`), or ``"1 run"``."""
+        if len(self.values) < 2:
+            return "1 run"
+        moved = " MOVED" if self.spread > SPREAD_LIMIT else ""
+        return f"{min(self.values):,.0f}-{max(self.values):,.0f}, spread {self.spread:.0%}{moved}"
+
+
+def durability(admin: psycopg.Connection[Any]) -> str:
+    """What the cluster promises of a commit, for the head of the bench's output: ``durable``
+    when fsync, synchronous_commit and full_page_writes are on (the production view), else
+    ``NOT durable`` (fsync off: what remains is the CPU cost of each commit)."""
+    names = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
+    settings = {name: str(scalar(admin, "SELECT current_setting(%s)", (name,))) for name in names}
+    durable = all(settings[name] == "on" for name in names[:3])
+    detail = ", ".join(f"{name} {value}" for name, value in settings.items())
+    if durable:
+        return f"durable ({detail}): the production view"
+    return f"NOT durable ({detail}): a view of CPU cost, not of production"

@@ -96,7 +96,8 @@ async def pgqueuer_main(conninfo: str, driver: str, action: str, args: argparse.
             manager = QueueManager(queries)
 
             async def noop(job: Job) -> None:
-                pass
+                if args.hold:  # the memory section: every job stays in flight this long
+                    await asyncio.sleep(args.hold)
 
             manager.entrypoint(ENTRYPOINT)(noop)
             stop = asyncio.Event()
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     work = actions.add_parser("work")
     work.add_argument("--batch", type=int, default=10, help="pgqueuer: jobs per dequeue (10)")
     work.add_argument("--concurrency", type=int, default=1, help="procrastinate: jobs at once (1)")
+    work.add_argument("--hold", type=float, default=0.0, help="pgqueuer: seconds each job takes (0)")
     args = parser.parse_args(argv)
     args.concurrency = getattr(args, "concurrency", 1)
     if args.peer.startswith("pgqueuer"):

@@ -1,14 +1,17 @@
 """Peers: tenure's task workers side by side with pgqueuer and procrastinate, on the same
 cluster in the same run, against the bare two-commit SKIP LOCKED floor.
 
-Every system drains the same number of no-op jobs, and every one is measured the same
-way, from the database: what is left is counted every 0.1 s, and the rate is the jobs
-finished between 10% and 90% drained, by the server's clock, divided by the time that
-took (start-up and the tail are outside the window). The whole backlog is loaded in one
-transaction and its table analyzed while every worker process is up and idle: the peers'
-processes wait, ready, for a word to start their worker loops; tenure's, started on an
-empty queue, find the backlog at their next poll (every 0.05 s). The floor's table is
-loaded and analyzed before pgbench starts.
+Every system drains the same number of no-op jobs, and every one is measured the same way,
+from the database: what is left is counted every 0.1 s, and the rate is the jobs finished
+between 10% and 90% drained, by the server's clock, divided by the time that took
+(start-up and the tail are outside the window; the start-up is reported apart: the time
+from the load to 10% drained less the time the steady rate takes for 10%). With ``--repeat
+N`` every system and configuration runs N times, in N interleaved rounds (each round runs
+them all once), and the table shows the median of each row with the spread of its runs.
+The whole backlog is loaded in one transaction and its table analyzed while every worker
+process is up and idle: the peers' processes wait, ready, for a word to start their worker
+loops; tenure's, started on an empty queue, find the backlog at their next poll (every
+0.05 s). The floor's table is loaded and analyzed before pgbench starts.
 
 - the floor: pgbench running :data:`tenure.bench.tasks.BARE_CLAIM_SQL` on a plain table
   (4 and 8 clients);
@@ -37,7 +40,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import scalar, stop_processes
+from tenure.bench.common import Repeated, scalar, stop_processes
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
@@ -49,10 +52,13 @@ FLOOR_CLIENTS = (4, 8)  # pgbench clients of the bare floor
 # its concurrency is unlimited by default) and the best counts; procrastinate runs
 # 2 processes x concurrency 4.
 PEER_PROCESSES = 2
-PGQUEUER_BATCHES = {"pgqueuer-asyncpg": (10, 25, 100), "pgqueuer-psycopg": (10, 100)}
+PGQUEUER_BATCHES = {"pgqueuer-asyncpg": (10, 100, 500), "pgqueuer-psycopg": (10, 100)}
 PROCRASTINATE_CONCURRENCY = (4,)
 
 PEER_SCHEMAS = {"pgqueuer": "bench_pgqueuer", "procrastinate": "bench_procrastinate"}
+
+# What runs beside tenure by default (--peer-systems): the floor and every peer.
+PEER_SYSTEMS = ("floor", *PGQUEUER_BATCHES, "procrastinate")
 
 # What is left, with the server's clock read after the count.
 LEFT_SQL = {
@@ -86,23 +92,48 @@ def default_peers_python() -> str:
 
 
 @dataclass(frozen=True)
+class Drained:
+    """One drain of the backlog."""
+
+    rate: float  # jobs per second between 10% and 90% drained
+    startup: float  # seconds from the load (the peers: the word to start) to 10% drained, less
+    # the time the steady rate takes for 10%: what starting cost
+
+
+@dataclass(frozen=True)
 class Row:
     system: str  # floor, pgqueuer-asyncpg, pgqueuer-psycopg, procrastinate, tenure
     config: str  # how it ran, e.g. "2 processes x concurrency 4"
-    rate: float  # jobs per second between 10% and 90% drained
+    runs: tuple[Drained, ...]  # one per round of --repeat
+
+    @property
+    def rates(self) -> Repeated:
+        return Repeated(tuple(run.rate for run in self.runs))
+
+    @property
+    def rate(self) -> float:
+        """The median of the runs' jobs/s."""
+        return self.rates.median
+
+    @property
+    def startup(self) -> float:
+        """The median of the runs' start-up, in seconds."""
+        return Repeated(tuple(run.startup for run in self.runs)).median
+
+
+def when_left(samples: Sequence[tuple[float, int]], level: float) -> float:
+    """The moment ``level`` jobs were left, interpolated between the two counts around it.
+    ``samples`` are (seconds, left), in order."""
+    for (t0, left0), (t1, left1) in itertools.pairwise(samples):
+        if left1 <= level < left0:
+            return t0 + (t1 - t0) * (left0 - level) / (left0 - left1)
+    raise ValueError(f"the samples never reach {level:.0f} left: {samples[-3:]}")
 
 
 def rate_between(samples: Sequence[tuple[float, int]], jobs: int) -> float:
     """Jobs per second from the moment ``jobs`` had 90% left to the moment 10% had, each moment
     interpolated between the two counts around it. ``samples`` are (seconds, left), in order."""
-
-    def when(level: float) -> float:
-        for (t0, left0), (t1, left1) in itertools.pairwise(samples):
-            if left1 <= level < left0:
-                return t0 + (t1 - t0) * (left0 - level) / (left0 - left1)
-        raise ValueError(f"the samples never reach {level:.0f} left: {samples[-3:]}")
-
-    start, end = when(0.9 * jobs), when(0.1 * jobs)
+    start, end = when_left(samples, 0.9 * jobs), when_left(samples, 0.1 * jobs)
     if end <= start:
         raise ValueError(f"no time passed between 90% and 10% left ({start} -> {end}): raise --peer-jobs")
     return 0.8 * jobs / (end - start)
@@ -116,10 +147,11 @@ def drain(
     loaded_at: float,
     processes: Sequence[tuple[subprocess.Popen[bytes], Path]],
     record: Path,
-) -> float:
+) -> Drained:
     """Count what is left every 0.1 s from the load (``loaded_at``, server epoch seconds, with
-    ``jobs`` left) until nothing is, while ``processes`` keep running; return the rate. The
-    counts go to ``record`` (seconds since the load, jobs left), for a look at the curve."""
+    ``jobs`` left) until nothing is, while ``processes`` keep running; return the rate and the
+    start-up. The counts go to ``record`` (seconds since the load, jobs left), for a look at
+    the curve."""
     samples: list[tuple[float, int]] = [(loaded_at, jobs)]
     last_progress = time.monotonic()
     while True:
@@ -131,7 +163,8 @@ def drain(
         samples.append((at, left))
         if left == 0:
             record.write_text("".join(f"{t - loaded_at:.3f} {n}\n" for t, n in samples))
-            return rate_between(samples, jobs)
+            rate = rate_between(samples, jobs)
+            return Drained(rate, when_left(samples, 0.9 * jobs) - loaded_at - 0.1 * jobs / rate)
         for process, log in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"{process.args!r} ended ({process.returncode}):\n{log.read_text()}")
@@ -172,7 +205,7 @@ def floor_rate(
         )
     finally:
         stop_processes(processes)
-    return Row("floor", f"pgbench, {clients} clients", rate)
+    return Row("floor", f"pgbench, {clients} clients", (rate,))
 
 
 def wait_ready(process: subprocess.Popen[bytes], log: Path, *, wait: float = 60.0) -> None:
@@ -242,7 +275,7 @@ def peer_rate(
             processes=processes,
             record=logs.with_suffix(".left"),
         )
-    return Row(peer, f"{PEER_PROCESSES} processes x {name} {value}", rate)
+    return Row(peer, f"{PEER_PROCESSES} processes x {name} {value}", (rate,))
 
 
 def tenure_rate(
@@ -275,7 +308,7 @@ def tenure_rate(
             record=logs.with_suffix(".left"),
         )
     clean(admin)
-    return Row(system, f"{processes} processes x concurrency {concurrency}", rate)
+    return Row(system, f"{processes} processes x concurrency {concurrency}", (rate,))
 
 
 def best(rows: Sequence[Row], system: str) -> Row | None:
@@ -283,8 +316,9 @@ def best(rows: Sequence[Row], system: str) -> Row | None:
 
 
 def table(rows: Sequence[Row]) -> list[str]:
-    """Every row's jobs/s and its ratio to each reference: the floor at 4 and 8 clients and
-    the best configuration of each peer."""
+    """Every row's jobs/s (the median of its runs) and its ratio to each reference: the floor at
+    4 and 8 clients and the best configuration of each peer; then its start-up (the median of
+    :attr:`Drained.startup`) and the spread of its runs."""
     references: list[tuple[str, Row]] = []
     for clients in FLOOR_CLIENTS:
         ref = next((row for row in rows if row.config == f"pgbench, {clients} clients"), None)
@@ -294,17 +328,45 @@ def table(rows: Sequence[Row]) -> list[str]:
         ref = best(rows, peer)
         if ref is not None:
             references.append((f"x {peer}", ref))
-    header = f"    {'system':<18} {'configuration':<32} {'jobs/s':>8}" + "".join(
-        f" {label:>19}" for label, _ in references
+    header = (
+        f"    {'system':<18} {'configuration':<32} {'jobs/s':>8}"
+        + "".join(f" {label:>19}" for label, _ in references)
+        + f" {'start-up':>9}   runs"
     )
     lines = [header]
     for row in rows:
         ratios = "".join(f" {row.rate / ref.rate:19.2f}" for _, ref in references)
-        lines.append(f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios}")
+        lines.append(
+            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {row.startup:7.2f} s   "
+            f"{row.rates.describe()}"
+        )
     lines.append(
         "    references: "
         + "; ".join(f"{label[2:]} = {ref.config} ({ref.rate:.0f} /s)" for label, ref in references)
     )
+    return lines
+
+
+GOALS = {"tenure-async": 1.5, "tenure": 1.0}  # issue 29: tenure's best over pgqueuer-asyncpg's best
+
+
+def headline(rows: Sequence[Row]) -> list[str]:
+    """tenure's best configuration, async and threaded, over pgqueuer's best (asyncpg, the
+    best of its batch sizes), with the goal of each."""
+    reference = best(rows, "pgqueuer-asyncpg")
+    if reference is None:
+        return []
+    title = f"tenure's best over pgqueuer-asyncpg's best ({reference.config}, {reference.rate:.0f} /s)"
+    lines = [f"  headline: {title}:"]
+    for system, goal in GOALS.items():
+        row = best(rows, system)
+        if row is not None:
+            ratio = row.rate / reference.rate
+            verdict = "holds" if ratio >= goal else "NOT reached"
+            lines.append(
+                f"    {system:<14} {row.config:<32} {row.rate:8.0f} /s   {ratio:.2f}x   "
+                f"(goal {goal:.1f}x: {verdict})"
+            )
     return lines
 
 
@@ -341,11 +403,18 @@ def plot(path: Path, rows: Sequence[Row], *, jobs: int) -> Path | None:
     }
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     labels = [f"{row.system}: {row.config}" for row in rows]
-    ax.barh(labels, [row.rate for row in rows], color=[colours.get(row.system, "#444444") for row in rows])
+    low = [row.rate - min(row.rates.values) for row in rows]  # the spread of the runs, as error bars
+    high = [max(row.rates.values) - row.rate for row in rows]
+    ax.barh(
+        labels,
+        [row.rate for row in rows],
+        xerr=[low, high],
+        color=[colours.get(row.system, "#444444") for row in rows],
+    )
     for n, row in enumerate(rows):
         ax.text(row.rate, n, f" {row.rate:,.0f}", va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("jobs/s between 10% and 90% drained")
+    ax.set_xlabel("jobs/s between 10% and 90% drained (median of the runs; bars: min to max)")
     ax.set_title(f"Draining {jobs:,} no-op jobs, same cluster, same run")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -361,70 +430,93 @@ def peers_bench(
     python: str,
     workdir: Path,
     tenure_configs: Sequence[tuple[int, int]] = TENURE_CONFIGS,
+    repeat: int = 1,
+    systems: Sequence[str] = PEER_SYSTEMS,
 ) -> list[Row]:
+    """Every system of ``systems`` (and tenure in each of ``tenure_configs``) drains ``jobs``
+    no-op jobs, ``repeat`` times in interleaved rounds."""
     if not Path(python).exists():
         raise RuntimeError(
             f"no peers' interpreter at {python}: run scripts/install-peers.sh (make bench does)"
         )
-    print(f"  tenure and its peers draining {jobs:,} no-op jobs, jobs/s between 10% and 90% drained:")
-    rows: list[Row] = []
+    print(
+        f"  tenure and its peers draining {jobs:,} no-op jobs, jobs/s between 10% and 90% drained"
+        f"{f', {repeat} interleaved rounds' if repeat > 1 else ''}:"
+    )
+    rows: dict[tuple[str, str], Row] = {}
 
-    def add(row: Row) -> None:
-        rows.append(row)
-        print(f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} /s", flush=True)
+    def add(row: Row, round_: int) -> None:
+        key = (row.system, row.config)
+        rows[key] = Row(row.system, row.config, rows[key].runs + row.runs) if key in rows else row
+        run = row.runs[0]
+        print(
+            f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
+            f"{run.rate:8.0f} /s   start-up {run.startup:.2f} s",
+            flush=True,
+        )
 
     try:
-        for clients in FLOOR_CLIENTS:
-            add(floor_rate(admin, conninfo, clients=clients, jobs=jobs, workdir=workdir))
-        clean(admin)
-        for peer, batches in PGQUEUER_BATCHES.items():
-            for batch in batches:
+        for round_ in range(1, repeat + 1):
+            for clients in FLOOR_CLIENTS if "floor" in systems else ():
+                add(floor_rate(admin, conninfo, clients=clients, jobs=jobs, workdir=workdir), round_)
+            clean(admin)
+            for peer, batches in PGQUEUER_BATCHES.items():
+                for batch in batches if peer in systems else ():
+                    add(
+                        peer_rate(
+                            admin,
+                            conninfo,
+                            python=python,
+                            peer=peer,
+                            option=("batch", batch),
+                            jobs=jobs,
+                            workdir=workdir,
+                        ),
+                        round_,
+                    )
+            for concurrency in PROCRASTINATE_CONCURRENCY if "procrastinate" in systems else ():
                 add(
                     peer_rate(
                         admin,
                         conninfo,
                         python=python,
-                        peer=peer,
-                        option=("batch", batch),
+                        peer="procrastinate",
+                        option=("concurrency", concurrency),
                         jobs=jobs,
                         workdir=workdir,
-                    )
+                    ),
+                    round_,
                 )
-        for concurrency in PROCRASTINATE_CONCURRENCY:
-            add(
-                peer_rate(
-                    admin,
-                    conninfo,
-                    python=python,
-                    peer="procrastinate",
-                    option=("concurrency", concurrency),
-                    jobs=jobs,
-                    workdir=workdir,
+            for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
+                add(
+                    tenure_rate(
+                        admin,
+                        conninfo,
+                        processes=processes,
+                        concurrency=concurrency,
+                        jobs=jobs,
+                        workdir=workdir,
+                        asynchronous=asynchronous,
+                    ),
+                    round_,
                 )
-            )
-        for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
-            add(
-                tenure_rate(
-                    admin,
-                    conninfo,
-                    processes=processes,
-                    concurrency=concurrency,
-                    jobs=jobs,
-                    workdir=workdir,
-                    asynchronous=asynchronous,
-                )
-            )
     finally:
         for schema in PEER_SCHEMAS.values():
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         clean(admin)
-    print("  side by side (each ratio is the row's jobs/s over the reference's, same run):")
-    for line in table(rows):
+    merged = list(rows.values())
+    print(
+        "  side by side (each ratio is the row's jobs/s over the reference's, same run"
+        f"{'; medians of the rounds' if repeat > 1 else ''}):"
+    )
+    for line in table(merged):
         print(line)
-    for line in async_vs_sync(rows):
+    for line in headline(merged):
         print(line)
-    path = plot(workdir / "peers.png", rows, jobs=jobs)
+    for line in async_vs_sync(merged):
+        print(line)
+    path = plot(workdir / "peers.png", merged, jobs=jobs)
     if path is not None:
         print(f"    plot: {path}")
     print(f"    (peers from {python}; {sys.executable} ran tenure)")
-    return rows
+    return merged

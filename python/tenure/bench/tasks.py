@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import percentile, pgbench_tps, scalar, stop_processes
+from tenure.bench.common import Repeated, percentile, pgbench_tps, scalar, stop_processes
 from tenure.driver import Driver
 from tenure.testing.database import server_now
 
@@ -157,11 +157,11 @@ def task_workers(
     concurrency: int = 1,
     asynchronous: bool = False,
     handled_by: Sequence[str] = PYTHON_WORKER,
-) -> Iterator[None]:
+) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
     """``count`` real ``tenure task worker`` processes of tenure.bench.app (or ``handled_by``:
     ``--exec ...`` or ``--http ...``), ``concurrency`` tasks in flight each, started before the
     body runs and stopped with SIGTERM when it ends, however it ends; with ``asynchronous``,
-    AsyncTaskWorkers (``--async``)."""
+    AsyncTaskWorkers (``--async``). The block gets the processes with their logs."""
     command = [
         *(sys.executable, "-m", "tenure", "task", "worker", "--db", conninfo),
         *("--concurrency", str(concurrency), "--lease", "30", *options),
@@ -176,7 +176,7 @@ def task_workers(
                 processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log_path))
         for process, log_path in processes:
             wait_started(process, log_path)
-        yield
+        yield processes
     finally:
         stop_processes(processes)
 
@@ -267,12 +267,37 @@ def task_throughput(
     concurrency: int,
     seconds: float,
     workdir: Path,
+    repeat: int = 1,
 ) -> None:
+    """Each row ``repeat`` times, in interleaved rounds (every row once per round): the
+    figures are the medians, and a line under each row gives the spread of its runs. Each run
+    is a steady window: pgbench's rate leaves out its connections, the workers' starts after
+    they started and warmed up for a second."""
     print(
         f"  tasks completed per second (acquire + complete, no-op processor), backlog {backlog:,} "
         f"(INSERT ... SELECT generate_series), {seconds:.0f} s per run; the same number of pgbench "
-        f"clients or worker processes (each with --concurrency {concurrency}):"
+        f"clients or worker processes (each with --concurrency {concurrency})"
+        f"{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
+    runs: dict[tuple[int, str], list[float]] = {(count, how): [] for count in workers for how in CLAIM_RUNS}
+    for round_ in range(1, repeat + 1):
+        for count in workers:
+            for how in CLAIM_RUNS:
+                runs[count, how].append(
+                    completion_rate(
+                        admin,
+                        conninfo,
+                        how,
+                        backlog=backlog,
+                        clients=count,
+                        concurrency=concurrency,
+                        seconds=seconds,
+                        workdir=workdir,
+                    )
+                )
+            if repeat > 1:
+                done = ", ".join(f"{how} {runs[count, how][-1]:.0f}" for how in CLAIM_RUNS)
+                print(f"    round {round_}, {count} clients: {done} /s", flush=True)
     print(
         "    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   "
         f"task_cycle by pgbench ({CYCLE_BATCH} per call)   tenure task workers   "
@@ -280,17 +305,7 @@ def task_throughput(
     )
     for count in workers:
         bare, sql, cycle, processes, async_processes = (
-            completion_rate(
-                admin,
-                conninfo,
-                how,
-                backlog=backlog,
-                clients=count,
-                concurrency=concurrency,
-                seconds=seconds,
-                workdir=workdir,
-            )
-            for how in CLAIM_RUNS
+            Repeated(tuple(runs[count, how])).median for how in CLAIM_RUNS
         )
         print(
             f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
@@ -299,6 +314,9 @@ def task_throughput(
             f"({async_processes / processes if processes else float('nan'):.2f})",
             flush=True,
         )
+        if repeat > 1:
+            spreads = "; ".join(f"{how} {Repeated(tuple(runs[count, how])).describe()}" for how in CLAIM_RUNS)
+            print(f"              runs: {spreads}")
 
 
 PRIORITIES = 10  # the priorities row: each task at a priority drawn from 0 .. 9
