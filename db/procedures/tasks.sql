@@ -1296,14 +1296,14 @@ BEGIN
 
     IF p_limit > 0 THEN
         -- A row with a NULL id is a rate-limited kind held back (_task_take): outcome throttled.
-        v_taken := ARRAY(SELECT l FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l);
-        v_leased := cardinality(array_remove(ARRAY(SELECT l.id FROM unnest(v_taken) l), NULL));
         -- (a second look below says again which kinds are throttled: once is enough)
         RETURN QUERY
         SELECT l.id, l.epoch, CASE WHEN l.id IS NULL THEN 'throttled' ELSE 'lease' END, NULL, l.kind, l.state, l.data,
                l.attempts, l.lease_until
-          FROM unnest(v_taken) l
+          FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false) l
          WHERE l.id IS NOT NULL OR p_wait IS NULL;
+        -- The leases, with p_wait (the only case that reads v_leased): the throttled rows are left out then.
+        GET DIAGNOSTICS v_leased = ROW_COUNT;
         IF p_wait IS NOT NULL AND v_leased < p_limit THEN
             -- Slots left free: wait for notifications, then look once more (_task_announce).
             PERFORM tenure._task_wait(p_owner, p_kinds, v_now + p_wait);

@@ -50,13 +50,20 @@ DROP TABLE tenure.task_after;
 DROP INDEX tenure.task_due;
 DROP INDEX tenure.task_kind_due;
 ALTER TABLE tenure.task
-    DROP CONSTRAINT task_status_check,
-    DROP CONSTRAINT task_next_action_check,
+    DROP CONSTRAINT task_valid,
     DROP COLUMN priority,
     DROP COLUMN limit_key,
     DROP COLUMN after_left,
+    ADD CONSTRAINT task_kind_check CHECK (btrim(kind) <> ''),
+    ADD CONSTRAINT task_state_check CHECK (btrim(state) <> ''),
     ADD CONSTRAINT task_status_check CHECK (status IN ('pending', 'done', 'dead')),
-    ADD CONSTRAINT task_check CHECK ((status = 'pending') = (next_action IS NOT NULL));
+    ADD CONSTRAINT task_epoch_check CHECK (epoch >= 0),
+    ADD CONSTRAINT task_attempts_check CHECK (attempts >= 0),
+    ADD CONSTRAINT task_max_attempts_check CHECK (max_attempts >= 1),
+    ADD CONSTRAINT task_check CHECK ((status = 'pending') = (next_action IS NOT NULL)),
+    ADD CONSTRAINT task_check1 CHECK (owner IS NULL OR status = 'pending'),
+    ADD CONSTRAINT task_check2 CHECK ((owner IS NULL) = (leased_at IS NULL));
+DROP FUNCTION tenure._task_valid(text, text, text, uuid, bigint, integer, integer, timestamptz, timestamptz, text, integer);
 CREATE INDEX task_due ON tenure.task (next_action) WHERE status = 'pending';
 CREATE INDEX task_kind_due ON tenure.task (kind, next_action) WHERE status = 'pending';
 
