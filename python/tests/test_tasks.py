@@ -320,7 +320,8 @@ def test_the_worker_batches_outcomes_and_leases_into_round_trips(
         assert wait_until(lambda: statuses(driver, "bulk") == {"done": 200})
     assert worker.stats.completed == 200 and worker.stats.discarded == 0
     reported = [outcomes for outcomes, limit in calls if outcomes]
-    assert sum(reported) == 200
+    # at least once each: a round trip cut or rolled back under load reports its outcomes again
+    assert sum(reported) >= 200
     assert len(reported) < 200 and max(reported) > 1, f"outcomes were not batched: {reported}"
     assert all(limit <= 8 for _, limit in calls), "never more leases than free slots"
     epochs = admin.execute(
