@@ -414,10 +414,12 @@ class TaskLogic:
     def _to_report(self, finished: list[tuple[Task, Outcome]]) -> list[tuple[Task, Outcome]]:
         """Of ``finished``, those still held; the others are discarded."""
         reported = []
+        now = time.monotonic()
         for task, outcome in finished:
-            if self._settled(task):
+            if task.recorded is not None:
+                self._settled(task)
                 continue
-            if task.is_lost():
+            if task.lost.is_set() or now >= task.valid_until:  # task.is_lost(), with one clock read
                 self._discard(task, _lost_before_recorded(task))
                 self._finish(task)
             else:
@@ -500,7 +502,7 @@ class TaskLogic:
     def _saw_server_clock(self, rows: list[TaskCycled]) -> None:
         """Note the server's clock from an answer just received: a new lease or an extension
         ends ``lease`` seconds after the server's now."""
-        for row in rows:
+        for row in reversed(rows):  # from the end: the leases follow the outcomes
             if row.outcome in ("lease", "extend") and row.refused is None and row.next_action is not None:
                 self._server_clock = (row.next_action - timedelta(seconds=self.lease), time.monotonic())
                 return
