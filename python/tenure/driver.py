@@ -437,6 +437,23 @@ def _rows(row_type: type[T], statement: str, params: Params) -> Op[list[T]]:
     return (yield Query(statement, params, class_row(row_type)))
 
 
+def _positional_row(row_type: type[T]) -> RowFactory[T]:
+    """``class_row(row_type)`` for a hot path: when the columns are the dataclass's fields in
+    order, each row is made from its values by position (no mapping of names per row)."""
+    fields = list(row_type.__dataclass_fields__)  # type: ignore[attr-defined]
+    by_name = class_row(row_type)
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
+        if [column.name for column in cursor.description or ()] != fields:
+            return by_name(cursor)
+        return lambda values: row_type(*values)
+
+    return factory
+
+
+_TASK_CYCLED_ROWS = _positional_row(TaskCycled)  # task_cycle's rows: two per task on a worker's hot path
+
+
 def _scalar(statement: Statement, params: Params) -> Op[Any]:
     rows = yield Query(statement, params, tuple_row)
     return rows[0][0]
@@ -627,10 +644,12 @@ class Operations:
         With ``wait``, a call that leaves slots free registers ``owner`` for ``NOTIFY tenure_task``
         of its kinds for that long (tasks are announced only to registered waiters).
         """
-        payload = [{**outcome, "id": str(outcome["id"])} for outcome in outcomes]
+        payload = [
+            outcome if isinstance(outcome["id"], str) else {**outcome, "id": str(outcome["id"])}
+            for outcome in outcomes
+        ]
         return (
-            yield from _rows(
-                TaskCycled,
+            yield Query(
                 "SELECT * FROM tenure.task_cycle(%s, %s, %s, %s, %s, %s)",
                 (
                     owner,
@@ -640,6 +659,7 @@ class Operations:
                     Jsonb(payload),
                     None if wait is None else _seconds(wait),
                 ),
+                _TASK_CYCLED_ROWS,
             )
         )
 

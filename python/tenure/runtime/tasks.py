@@ -166,6 +166,51 @@ Processor = Callable[["Task"], Outcome]
 AsyncProcessor = Callable[["Task"], Awaitable[Outcome]]
 
 
+# Guards every _LostFlag's flag and the making of its condition (held for a few instructions).
+_FLAGS = threading.Lock()
+
+
+class _LostFlag(threading.Event):
+    """A task's ``lost``: a ``threading.Event`` whose condition is made at the first ``wait()``.
+    Every task gets one, few are ever waited on, and a plain Event costs a lock and a
+    condition to make (a tenth of what a no-op task costs the worker)."""
+
+    def __init__(self) -> None:  # no super().__init__(): the condition comes with the first wait
+        self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        with _FLAGS:
+            self._flag = True
+            condition = self._cond
+        if condition is not None:
+            with condition:
+                condition.notify_all()
+
+    def clear(self) -> None:
+        with _FLAGS:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with _FLAGS:
+            if self._flag:
+                return True
+            if self._cond is None:
+                self._cond = threading.Condition(threading.Lock())
+            condition = self._cond
+        # set() takes the condition after it sets the flag: a set() that comes between the
+        # check above and the wait below still wakes it.
+        with condition:
+            return condition.wait_for(lambda: self._flag, timeout)
+
+
 @dataclass
 class Task:
     """A task as a processor sees it, under this worker's lease."""
@@ -177,7 +222,7 @@ class Task:
     epoch: int
     attempts: int
     owner: uuid.UUID
-    lost: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=_LostFlag)
     valid_until: float = 0.0  # monotonic: sent time of the last successful lease grant + safe window
     # What the processor (or a handler it runs) recorded itself in this epoch, found when an
     # extension was refused: counted once the processor ends. See TaskLogic._settle_refused.
@@ -369,10 +414,12 @@ class TaskLogic:
     def _to_report(self, finished: list[tuple[Task, Outcome]]) -> list[tuple[Task, Outcome]]:
         """Of ``finished``, those still held; the others are discarded."""
         reported = []
+        now = time.monotonic()
         for task, outcome in finished:
-            if self._settled(task):
+            if task.recorded is not None:
+                self._settled(task)
                 continue
-            if task.is_lost():
+            if task.lost.is_set() or now >= task.valid_until:  # task.is_lost(), with one clock read
                 self._discard(task, _lost_before_recorded(task))
                 self._finish(task)
             else:
@@ -408,12 +455,15 @@ class TaskLogic:
         """The applied outcomes are counted and their tasks let go; the refused ones (and why)
         are returned, for the shell to look them up and :meth:`_settle_refused` them."""
         refused = []
+        applied = []
         for (task, outcome), row in zip(reported, rows, strict=False):
             if row.refused is None:
-                self._count(task, outcome)
-                self._finish(task)
+                applied.append((task, outcome))
             else:
                 refused.append((task, row.refused))
+        if applied:
+            self._count_all(applied)
+            self._finish_all([task for task, _ in applied])
         return refused
 
     def _leased(self, rows: list[TaskCycled], limit: int, sent: float) -> list[Task]:
@@ -424,31 +474,35 @@ class TaskLogic:
             self._due = len(leases) == limit  # a short answer: nothing more is due for now
             self._throttle([row for row in rows if row.outcome == "throttled"], leased=bool(leases))
         tasks = []
+        valid_until = sent + self.safe_window
         for row in leases:
             assert row.id is not None and row.epoch is not None  # a lease names its task and epoch
-            task = Task(
-                id=row.id,
-                kind=row.kind or "",
-                state=row.state or "",
-                data=row.data,
-                epoch=row.epoch,
-                attempts=row.attempts or 0,
-                owner=self.instance_id,
-                valid_until=sent + self.safe_window,
+            tasks.append(
+                Task(
+                    id=row.id,
+                    kind=row.kind or "",
+                    state=row.state or "",
+                    data=row.data,
+                    epoch=row.epoch,
+                    attempts=row.attempts or 0,
+                    owner=self.instance_id,
+                    valid_until=valid_until,
+                )
             )
+        if tasks:
             with self._lock:
-                self._in_flight[task.id] = task
-                self._running += 1
-                self.stats.acquired += 1
-            self._metric(self.metrics.tasks_acquired, task.kind).inc()
-            self.metrics.tasks_in_flight.inc()
-            tasks.append(task)
+                for task in tasks:
+                    self._in_flight[task.id] = task
+                self._running += len(tasks)
+                self.stats.acquired += len(tasks)
+            self._count_kinds(self.metrics.tasks_acquired, tasks)
+            self.metrics.tasks_in_flight.inc(len(tasks))
         return tasks
 
     def _saw_server_clock(self, rows: list[TaskCycled]) -> None:
         """Note the server's clock from an answer just received: a new lease or an extension
         ends ``lease`` seconds after the server's now."""
-        for row in rows:
+        for row in reversed(rows):  # from the end: the leases follow the outcomes
             if row.outcome in ("lease", "extend") and row.refused is None and row.next_action is not None:
                 self._server_clock = (row.next_action - timedelta(seconds=self.lease), time.monotonic())
                 return
@@ -663,13 +717,13 @@ class TaskLogic:
 
     # -- running processors --------------------------------------------------------------------
 
-    def _routed_away(self, task: Task) -> bool:
-        """No processor here takes the task's state: hand it back (released at once, for a
-        worker that has one)."""
-        if self.processor_for(task.kind, task.state) is not None:
-            return False
-        self._hand_over(task, _ROUTED_AWAY)
-        return True
+    def _routed_processor(self, task: Task) -> Any:
+        """The processor for the task's state; when no processor here takes it, None, and the
+        task is handed back (released at once, for a worker that has one)."""
+        processor = self.processor_for(task.kind, task.state)
+        if processor is None:
+            self._hand_over(task, _ROUTED_AWAY)
+        return processor
 
     def _checked(self, task: Task, outcome: object) -> Outcome:
         """What a processor returned, checked: anything but a sound outcome becomes a Fail."""
@@ -733,6 +787,49 @@ class TaskLogic:
         with self._lock:
             if self._in_flight.pop(task.id, None) is not None:
                 self.metrics.tasks_in_flight.dec()
+
+    def _finish_all(self, tasks: list[Task]) -> None:
+        """:meth:`_finish` for many tasks at once."""
+        finished = 0
+        with self._lock:
+            for task in tasks:
+                if self._in_flight.pop(task.id, None) is not None:
+                    finished += 1
+        if finished:
+            self.metrics.tasks_in_flight.dec(finished)
+
+    def _count_all(self, counted: list[tuple[Task, Outcome]]) -> None:
+        """:meth:`_count` for many outcomes at once (the metrics moved once per kind)."""
+        completed: list[Task] = []
+        failed: list[Task] = []
+        released = 0
+        for task, outcome in counted:
+            if isinstance(outcome, Complete):
+                completed.append(task)
+            elif isinstance(outcome, Fail):
+                failed.append(task)
+            elif isinstance(outcome, Release) and outcome is not _ROUTED_AWAY:
+                released += 1
+        with self._lock:
+            self.stats.completed += len(completed)
+            self.stats.failed += len(failed)
+            self.stats.released += released
+        self._count_kinds(self.metrics.tasks_completed, completed)
+        self._count_kinds(self.metrics.tasks_failed, failed)
+
+    def _count_kinds(self, family: Any, tasks: list[Task]) -> None:
+        """``family.labels(kind).inc(n)`` for the ``n`` tasks of each kind in ``tasks``."""
+        if not tasks:
+            return
+        kind = tasks[0].kind
+        if all(task.kind == kind for task in tasks):  # the usual case: one kind
+            self._metric(family, kind).inc(len(tasks))
+            return
+        counts: dict[str, int] = {}
+        for task in tasks:
+            counts[task.kind] = counts.get(task.kind, 0) + 1
+        for kind, count in counts.items():
+            self._metric(family, kind).inc(count)
 
     def _count(self, task: Task, outcome: Outcome) -> None:
         with self._lock:
@@ -955,7 +1052,10 @@ class TaskWorker(TaskLogic, Runtime):
         self._deadlines.close()
 
     def _wake_dispatcher(self) -> None:
-        self._wake.set()
+        # Each processor wakes the dispatcher twice per task: an Event already set needs no
+        # set() (the dispatcher clears it before it looks at what changed).
+        if not self._wake.is_set():
+            self._wake.set()
 
     # -- the dispatcher: one round trip reports what finished and leases what fits ------
 
@@ -992,7 +1092,7 @@ class TaskWorker(TaskLogic, Runtime):
         if not reported and not limit:
             return
         sent = time.monotonic()
-        rows = self._report(reported, until=self._report_until(reported, sent), limit=limit)
+        rows = self._report(reported, until=self._report_until(reported, sent), limit=limit, taken=True)
         leased = self._leased(rows, limit, sent)
         if leased:
             self._new_leases.set()
@@ -1006,17 +1106,21 @@ class TaskWorker(TaskLogic, Runtime):
         until: float,
         limit: int = 0,
         bound: float | None = None,
+        taken: bool = False,
     ) -> list[TaskCycled]:
         """One ``task_cycle`` call (at most ``bound`` seconds, when given): the outcomes' results
-        are counted and their tasks let go."""
-        self._reporting(reported)
+        are counted and their tasks let go. ``taken``: the dispatcher's outcomes, which
+        :meth:`_take_finished` marked as being recorded until the dispatcher is done with them."""
+        if not taken:
+            self._reporting(reported)
         try:
             rows = self._run_op(lambda: self._cycle_op(reported, limit), until=until, bound=bound)
         except BaseException:
             self._report_failed(reported)
             raise
         finally:
-            self._reported_elsewhere(reported)
+            if not taken:
+                self._reported_elsewhere(reported)
         refused = self._reported(reported, rows)
         if refused:
             self._settle_refused(refused, self._look_up([task for task, _ in refused]), reported=True)
@@ -1085,9 +1189,9 @@ class TaskWorker(TaskLogic, Runtime):
 
     def _run(self, task: Task) -> None:
         while not task.is_lost():
-            if self._routed_away(task):
+            processor = self._routed_processor(task)
+            if processor is None:
                 return
-            processor = self.processor_for(task.kind, task.state)
             try:
                 outcome = self._checked(task, processor(task))
             except Exception as error:
@@ -1150,7 +1254,8 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         self._new_leases = asyncio.Event()  # wakes the lease watchdog: a new lease may end sooner
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._runners: set[asyncio.Task[None]] = set()
-        self._processing: dict[uuid.UUID, asyncio.Task[None]] = {}  # runners inside their processor
+        # Runners inside their processor, by id() of their Task (a UUID hashes in Python code).
+        self._processing: dict[int, asyncio.Task[None]] = {}
         self._deadlines = AsyncDeadlines(f"tasks {self.name}")
         self._pool = AsyncConnectionPool(
             conninfo,
@@ -1321,7 +1426,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         if not reported and not limit:
             return
         sent = time.monotonic()
-        rows = await self._report(reported, until=self._report_until(reported, sent), limit=limit)
+        rows = await self._report(reported, until=self._report_until(reported, sent), limit=limit, taken=True)
         leased = self._leased(rows, limit, sent)
         if leased:
             self._new_leases.set()
@@ -1337,15 +1442,18 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
         until: float,
         limit: int = 0,
         bound: float | None = None,
+        taken: bool = False,
     ) -> list[TaskCycled]:
-        self._reporting(reported)
+        if not taken:
+            self._reporting(reported)
         try:
             rows = await self._run_op(lambda: self._cycle_op(reported, limit), until=until, bound=bound)
         except BaseException:
             self._report_failed(reported)
             raise
         finally:
-            self._reported_elsewhere(reported)
+            if not taken:
+                self._reported_elsewhere(reported)
         refused = self._reported(reported, rows)
         if refused:
             self._settle_refused(refused, await self._look_up([task for task, _ in refused]), reported=True)
@@ -1394,7 +1502,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
                 self._settle_refused(refused, rows_found, reported=False)
 
     def _interrupt(self, task: Task) -> None:
-        runner = self._processing.get(task.id)
+        runner = self._processing.get(id(task))
         if runner is not None:
             runner.cancel()
 
@@ -1417,12 +1525,12 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
 
     async def _run(self, task: Task) -> None:
         while not task.is_lost():
-            if self._routed_away(task):
+            processor = self._routed_processor(task)
+            if processor is None:
                 return
-            processor = self.processor_for(task.kind, task.state)
             runner = asyncio.current_task()
             assert runner is not None
-            self._processing[task.id] = runner
+            self._processing[id(task)] = runner
             try:
                 outcome = self._checked(task, await processor(task))
             except asyncio.CancelledError:
@@ -1433,7 +1541,7 @@ class AsyncTaskWorker(TaskLogic, AsyncRuntime):
             except Exception as error:
                 outcome = self._processor_failed(task, error)
             finally:
-                del self._processing[task.id]
+                del self._processing[id(task)]
             if self._handed_over(task, outcome) or not await self._apply(task, outcome):
                 return
             assert isinstance(outcome, Next)
@@ -1492,7 +1600,14 @@ def _left(end: float | None) -> float | None:
 
 def _outcome_json(task: Task, outcome: Outcome) -> dict[str, Any]:
     """``outcome`` of ``task`` as ``task_cycle`` takes it."""
-    given = {"id": task.id, "epoch": task.epoch}
+    if type(outcome) is Complete:  # the usual one, made at the least cost
+        given: dict[str, Any] = {"id": str(task.id), "epoch": task.epoch, "outcome": "complete"}
+        if outcome.state != "done":  # task_cycle's default state for complete
+            given["state"] = outcome.state
+        if outcome.data is not None:
+            given["data"] = outcome.data
+        return given
+    given = {"id": str(task.id), "epoch": task.epoch}
     if isinstance(outcome, Complete):
         given |= {"outcome": "complete", "state": outcome.state, "data": outcome.data}
     elif isinstance(outcome, Release):
