@@ -44,7 +44,7 @@ from tenure.bench.common import Repeated, scalar, stop_processes
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
-TENURE_CONFIGS: list[tuple[int, int]] = [(2, 4), (2, 16), (2, 64), (3, 64), (4, 1)]
+TENURE_CONFIGS: list[tuple[int, int]] = [(2, 4), (2, 16), (2, 64), (3, 64), (2, 256), (4, 1)]
 
 FLOOR_CLIENTS = (4, 8)  # pgbench clients of the bare floor
 
