@@ -11,6 +11,8 @@ SET LOCAL ROLE tenure_owner;
 -- v0.2.0 function is replaced in this transaction, so a call never finds none.
 DROP FUNCTION IF EXISTS tenure.task_enqueue(text, jsonb, text, interval, uuid, text, integer);
 DROP FUNCTION IF EXISTS tenure._task_enqueue(text, jsonb, text, interval, uuid, text, integer, timestamptz);
+-- _batch_resolve_one takes the attempt a resolution is about.
+DROP FUNCTION IF EXISTS tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz);
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'tenure._task_input'::regclass AND attname = 'after') THEN

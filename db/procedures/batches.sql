@@ -572,8 +572,12 @@ Errors: TN001 on an empty keyspace, a NULL instance, p_limit outside 1..10000 or
 -- Resolution by the monitor, and operator repairs ----------------------------------------
 
 -- One resolution; the caller holds the lock of the batch's key and refreshes its summary.
+-- With p_attempt, the resolution is about that attempt of the batch, and is refused once
+-- the batch was selected again: the external system was asked about an earlier
+-- submission, and an 'unknown' from then would send a batch applied since once more.
 CREATE OR REPLACE FUNCTION tenure._batch_resolve_one(
-    p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz
+    p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text, p_now timestamptz,
+    p_attempt integer DEFAULT NULL
 ) RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -593,6 +597,14 @@ BEGIN
     SELECT * INTO v_batch FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM tenure._batch_missing('batch_resolve', p_keyspace, p_id);
+    END IF;
+    IF v_batch.attempts <> p_attempt THEN
+        RAISE EXCEPTION 'tenure.batch_resolve: batch % was selected again (attempt %) since attempt %', p_id,
+                        v_batch.attempts, p_attempt
+            USING ERRCODE = 'TN301',
+                  DETAIL = format('Batch %s of key %L (seq %s) is %s in attempt %s; the resolution is about attempt %s.',
+                                  p_id, v_batch.key, v_batch.seq, v_batch.status, v_batch.attempts, p_attempt),
+                  HINT = 'Ask the external system about the batch as batch_pending returns it now.';
     END IF;
     -- Only the holder of the key's claim may resolve its batches.
     PERFORM tenure._claim_fence(p_keyspace, p_instance, v_batch.key, p_epoch, p_now);
@@ -771,29 +783,6 @@ BEGIN
 END
 $$;
 
--- A resolution about attempt p_attempt of batch p_id, refused once the batch was selected
--- again: the external system was asked about an earlier submission, and an 'unknown' from
--- then would send a batch applied since once more. Locks the batch as _batch_resolve_one does.
-CREATE OR REPLACE FUNCTION tenure._batch_check_attempt(p_keyspace text, p_id uuid, p_attempt integer)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_batch tenure.batch;
-BEGIN
-    SELECT * INTO v_batch FROM tenure.batch WHERE id = p_id AND keyspace = p_keyspace FOR UPDATE;
-    IF FOUND AND v_batch.attempts <> p_attempt THEN
-        RAISE EXCEPTION 'tenure.batch_resolve: batch % was selected again (attempt %) since attempt %', p_id,
-                        v_batch.attempts, p_attempt
-            USING ERRCODE = 'TN301',
-                  DETAIL = format('Batch %s of key %L (seq %s) is %s in attempt %s; the resolution is about attempt %s.',
-                                  p_id, v_batch.key, v_batch.seq, v_batch.status, v_batch.attempts, p_attempt),
-                  HINT = 'Ask the external system about the batch as batch_pending returns it now.';
-    END IF;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION tenure._batch_resolve_many(
     p_keyspace text, p_instance uuid, p_resolutions jsonb, p_now timestamptz
 ) RETURNS integer
@@ -848,11 +837,9 @@ BEGIN
                 PERFORM tenure._invalid_argument('batch_resolve_many', format('resolution %s', v_item.ord),
                     'has an attempt below 1', v_item.attempt::text,
                     'Pass the attempts of the batch as batch_pending or batch_select returned it.');
-            ELSIF v_item.attempt IS NOT NULL THEN
-                PERFORM tenure._batch_check_attempt(p_keyspace, v_item.id, v_item.attempt);
             END IF;
             PERFORM tenure._batch_resolve_one(p_keyspace, p_instance, v_item.id, v_item.epoch, v_item.status,
-                                              v_item.detail, p_now);
+                                              v_item.detail, p_now, v_item.attempt);
             v_count := v_count + 1;
         END LOOP;
         PERFORM tenure._batch_refresh(p_keyspace, v_keys, '{}', NULL);

@@ -18,6 +18,7 @@ DROP FUNCTION tenure._task_set_priority(uuid, integer, timestamptz);
 DROP FUNCTION tenure.task_kind_set(text, boolean, integer, integer, integer, interval);
 DROP FUNCTION tenure._task_kind_set(text, boolean, integer, integer, integer, interval, timestamptz);
 DROP FUNCTION tenure._check_limit(text, integer, integer);
+DROP FUNCTION tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz, integer);
 ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key, DROP ATTRIBUTE after;
 
 \ir ../procedures/errors@v0.2.0.sql
@@ -29,7 +30,6 @@ ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key,
 \ir ../procedures/schedules@v0.2.0.sql
 
 -- Functions that came after v0.2.0.
-DROP FUNCTION tenure._batch_check_attempt(text, uuid, integer);
 DROP FUNCTION tenure._check_data(text, text, jsonb);
 DROP FUNCTION tenure._refuse_data(text, text, integer);
 DROP FUNCTION tenure._data_too_large(integer);
