@@ -154,20 +154,27 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     _, _, side_by_side = result.stdout.partition("side by side")
-    # system, configuration, jobs/s, five ratios, start-up, then the runs' spread ("1 run" here)
+    # system, configuration, jobs/s, five ratios, CPU per job of the server and of the
+    # workers (microseconds, from /proc: the test's cluster runs on this host), start-up, then
+    # the runs' spread ("1 run" here)
     rows = re.findall(
-        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +-?\d+\.\d\d s +1 run$",
+        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +(\d+) +(\d+) +-?\d+\.\d\d s +1 run$",
         side_by_side,
         re.MULTILINE,
     )
-    systems = [system for system, _, _ in rows]
+    systems = [system for system, *_ in rows]
     for system in ("floor", *PGQUEUER_BATCHES, "procrastinate", "tenure"):
         assert system in systems, f"no {system} row in the table:\n{output}"
-    assert [config for system, config, _ in rows if system == "tenure"] == [
+    assert [config for system, config, *_ in rows if system == "tenure"] == [
         "1 processes x concurrency 2",
         "2 processes x concurrency 1",
     ], output
-    assert all(int(rate) > 0 for _, _, rate in rows), output
+    assert all(int(rate) > 0 for _, _, rate, _, _ in rows), output
+    # Every job costs the server and its workers some CPU: a meter that reads nothing shows 0.
+    for system in ("floor", "tenure"):
+        assert all(
+            int(server) + int(workers) > 0 for name, _, _, server, workers in rows if name == system
+        ), output
     plot = re.search(r"plot: (\S+\.png)", result.stdout)
     assert plot is not None and Path(plot.group(1)).stat().st_size > 0, output
     # The peers' schemas are gone with the section.

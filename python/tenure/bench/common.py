@@ -136,6 +136,50 @@ def stop_processes(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) ->
             process.wait()
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` and of its children it has reaped (0
+    once it is gone): fields 14-17 of /proc/PID/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # the fields after the command's name, from field 3
+    return sum(int(ticks) for ticks in fields[11:15]) / CLOCK_TICKS
+
+
+def cpu_of(processes: Sequence[subprocess.Popen[Any]]) -> float:
+    return sum(cpu_seconds(process.pid) for process in processes)
+
+
+@dataclass(frozen=True)
+class ServerCpu:
+    """The CPU the cluster's processes have used: its postmaster, every backend and
+    background process alive, and those that ended (the postmaster reaps them)."""
+
+    postmaster: int
+
+    @classmethod
+    def of(cls, admin: psycopg.Connection[Any]) -> ServerCpu | None:
+        """The cluster ``admin`` is connected to, when it runs on this host and its data
+        directory is readable here (the bench runs as root or as the cluster's user); else None."""
+        try:
+            directory = str(scalar(admin, "SELECT current_setting('data_directory')"))
+            pid = int((Path(directory) / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError, psycopg.Error):
+            return None
+        return cls(pid) if Path(f"/proc/{pid}").exists() else None
+
+    def seconds(self) -> float:
+        try:
+            children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children").read_text().split()
+        except OSError:
+            children = []
+        return cpu_seconds(self.postmaster) + sum(cpu_seconds(int(child)) for child in children)
+
+
 SPREAD_LIMIT = 0.15  # repeated runs of a row should agree within this (max - min over the median)
 
 

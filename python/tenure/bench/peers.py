@@ -11,7 +11,10 @@ them all once), and the table shows the median of each row with the spread of it
 The whole backlog is loaded in one transaction and its table analyzed while every worker
 process is up and idle: the peers' processes wait, ready, for a word to start their worker
 loops; tenure's, started on an empty queue, find the backlog at their next poll (every
-0.05 s). The floor's table is loaded and analyzed before pgbench starts.
+0.05 s). The floor's table is loaded and analyzed before pgbench starts. Beside each rate,
+the CPU each job cost in the same window, from /proc: the cluster's processes (when it runs
+on this host) and the system's own worker processes (the floor's: pgbench): on a small
+machine their sum is what bounds the rate, and it tells which side to make cheaper.
 
 - the floor: pgbench running :data:`tenure.bench.tasks.BARE_CLAIM_SQL` on a plain table
   (4 and 8 clients);
@@ -32,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +43,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, scalar, stop_processes
+from tenure.bench.common import Repeated, ServerCpu, cpu_of, scalar, stop_processes
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
@@ -98,6 +101,10 @@ class Drained:
     rate: float  # jobs per second between 10% and 90% drained
     startup: float  # seconds from the load (the peers: the word to start) to 10% drained, less
     # the time the steady rate takes for 10%: what starting cost
+    # CPU microseconds per job between 90% and 10% left: the cluster's processes (None when
+    # the cluster is not on this host) and the system's own worker processes (or pgbench)
+    server_us: float | None = None
+    workers_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,30 @@ class Row:
     def startup(self) -> float:
         """The median of the runs' start-up, in seconds."""
         return Repeated(tuple(run.startup for run in self.runs)).median
+
+    @property
+    def server_us(self) -> float | None:
+        """The median of the runs' server CPU per job, in microseconds."""
+        return _median_known(run.server_us for run in self.runs)
+
+    @property
+    def workers_us(self) -> float | None:
+        """The median of the runs' workers' CPU per job, in microseconds."""
+        return _median_known(run.workers_us for run in self.runs)
+
+
+def _median_known(values: Iterable[float | None]) -> float | None:
+    known = tuple(value for value in values if value is not None)
+    return Repeated(known).median if known else None
+
+
+def cpu_per_job(samples: Sequence[tuple[float, int]], cpu: Sequence[float], jobs: int) -> float:
+    """Microseconds of ``cpu`` (seconds, read with each of ``samples``) per job, from the last
+    sample with 90% of ``jobs`` left to the first with 10% left."""
+    first = max(n for n, (_, left) in enumerate(samples) if left >= 0.9 * jobs)
+    last = min(n for n, (_, left) in enumerate(samples) if left <= 0.1 * jobs)
+    done = samples[first][1] - samples[last][1]
+    return 1e6 * (cpu[last] - cpu[first]) / done
 
 
 def when_left(samples: Sequence[tuple[float, int]], level: float) -> float:
@@ -149,10 +180,14 @@ def drain(
     record: Path,
 ) -> Drained:
     """Count what is left every 0.1 s from the load (``loaded_at``, server epoch seconds, with
-    ``jobs`` left) until nothing is, while ``processes`` keep running; return the rate and the
-    start-up. The counts go to ``record`` (seconds since the load, jobs left), for a look at
-    the curve."""
+    ``jobs`` left) until nothing is, while ``processes`` keep running; return the rate, the
+    start-up and the CPU per job of the server and of ``processes``. The counts go to
+    ``record`` (seconds since the load, jobs left), for a look at the curve."""
+    server = ServerCpu.of(admin)
+    workers = [process for process, _ in processes]
     samples: list[tuple[float, int]] = [(loaded_at, jobs)]
+    server_cpu = [server.seconds() if server else 0.0]
+    workers_cpu = [cpu_of(workers)]
     last_progress = time.monotonic()
     while True:
         row = admin.execute(query).fetchone()
@@ -161,10 +196,17 @@ def drain(
         if left < samples[-1][1]:
             last_progress = time.monotonic()
         samples.append((at, left))
+        server_cpu.append(server.seconds() if server else 0.0)
+        workers_cpu.append(cpu_of(workers))
         if left == 0:
             record.write_text("".join(f"{t - loaded_at:.3f} {n}\n" for t, n in samples))
             rate = rate_between(samples, jobs)
-            return Drained(rate, when_left(samples, 0.9 * jobs) - loaded_at - 0.1 * jobs / rate)
+            return Drained(
+                rate,
+                when_left(samples, 0.9 * jobs) - loaded_at - 0.1 * jobs / rate,
+                cpu_per_job(samples, server_cpu, jobs) if server else None,
+                cpu_per_job(samples, workers_cpu, jobs) if workers else None,
+            )
         for process, log in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"{process.args!r} ended ({process.returncode}):\n{log.read_text()}")
@@ -295,7 +337,7 @@ def tenure_rate(
     system = "tenure-async" if asynchronous else "tenure"
     options = ("--concurrency", str(concurrency), "--poll-interval", "0.05")
     logs = workdir / f"peers-{system}-{processes}x{concurrency}"
-    with task_workers(conninfo, processes, *options, logs=logs, asynchronous=asynchronous):
+    with task_workers(conninfo, processes, *options, logs=logs, asynchronous=asynchronous) as workers:
         admin.execute(LOAD_SQL["tenure.task"], {"kind": TASK_KIND, "size": jobs, "priorities": 1})
         loaded_at = server_epoch(admin)
         admin.execute(f"ANALYZE {DRAINED['tenure']}")
@@ -304,11 +346,15 @@ def tenure_rate(
             LEFT_SQL["tenure"],
             jobs=jobs,
             loaded_at=loaded_at,
-            processes=[],
+            processes=workers,
             record=logs.with_suffix(".left"),
         )
     clean(admin)
     return Row(system, f"{processes} processes x concurrency {concurrency}", (rate,))
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def best(rows: Sequence[Row], system: str) -> Row | None:
@@ -331,14 +377,14 @@ def table(rows: Sequence[Row]) -> list[str]:
     header = (
         f"    {'system':<18} {'configuration':<32} {'jobs/s':>8}"
         + "".join(f" {label:>19}" for label, _ in references)
-        + f" {'start-up':>9}   runs"
+        + f" {'server us/job':>13} {'workers us/job':>14} {'start-up':>9}   runs"
     )
     lines = [header]
     for row in rows:
         ratios = "".join(f" {row.rate / ref.rate:19.2f}" for _, ref in references)
         lines.append(
-            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {row.startup:7.2f} s   "
-            f"{row.rates.describe()}"
+            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {_us(row.server_us):>13} "
+            f"{_us(row.workers_us):>14} {row.startup:7.2f} s   {row.rates.describe()}"
         )
     lines.append(
         "    references: "
@@ -451,7 +497,8 @@ def peers_bench(
         run = row.runs[0]
         print(
             f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
-            f"{run.rate:8.0f} /s   start-up {run.startup:.2f} s",
+            f"{run.rate:8.0f} /s   start-up {run.startup:.2f} s   CPU us/job: server {_us(run.server_us)}, "
+            f"workers {_us(run.workers_us)}",
             flush=True,
         )
 
