@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -203,3 +205,63 @@ def test_only_the_peer_runner_imports_the_peers_and_it_imports_no_tenure() -> No
                 assert "tenure" not in roots, f"{path}: {ast.unparse(node)}"
             else:
                 assert not roots & peers, f"{path}: {ast.unparse(node)}"
+
+
+def peers_python_or_skip() -> str:
+    python = default_peers_python()
+    if not Path(python).exists():
+        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
+        if procs.under_ci():
+            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+        pytest.skip(message)
+    return python
+
+
+def test_a_peer_worker_dies_with_the_bench_that_started_it(admin_conninfo: str, tmp_path: Path) -> None:
+    """A bench killed mid-run left its pgqueuer workers running. Here a stand-in for the bench
+    starts one, ready and waiting for its word on a pipe this test holds open (so no EOF ends
+    it), and is SIGKILLed: the worker must be gone soon after."""
+    python = peers_python_or_skip()
+    runner = Path(__file__).resolve().parents[1] / "tenure" / "bench" / "peer_runner.py"
+    word, hold = os.pipe()
+    log = tmp_path / "worker.log"
+    bench = (
+        "import subprocess, sys, time\n"
+        f"worker = subprocess.Popen([{python!r}, {str(runner)!r}, '--db', {admin_conninfo!r}, "
+        f"'--schema', {PEER_SCHEMAS['pgqueuer']!r}, 'pgqueuer-asyncpg', 'work'], stdin={word}, "
+        f"stdout=open({str(log)!r}, 'wb'), stderr=subprocess.STDOUT)\n"
+        "print(worker.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", bench], stdout=subprocess.PIPE, pass_fds=(word,), text=True
+    )
+    os.close(word)
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        end = time.monotonic() + 30
+        while "ready" not in log.read_text().split():
+            assert time.monotonic() < end, log.read_text()
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        end = time.monotonic() + 10
+        while alive(worker):
+            if time.monotonic() > end:
+                os.kill(worker, signal.SIGKILL)
+                pytest.fail(f"the worker {worker} outlived the bench that started it:\n{log.read_text()}")
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+        os.close(hold)
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs (a zombie waiting for whoever adopted it counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

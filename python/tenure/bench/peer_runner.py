@@ -18,6 +18,9 @@ between the two, so every process starts draining at once, and on a full queue: 
 process starts late in the window, and no peer is woken by a notification per job of a
 backlog loaded in bulk (procrastinate sends one per row, and drains 5x slower while
 20,000 of them arrive).
+
+Every runner dies with the process that started it (``PR_SET_PDEATHSIG``): a bench killed
+mid-run used to leave its pgqueuer workers running, and draining the next run's queue.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -48,6 +52,18 @@ async def ready_then_go(stop: asyncio.Event) -> None:
         loop.add_signal_handler(signum, stop.set)
     print("ready", flush=True)
     await loop.run_in_executor(None, sys.stdin.readline)
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the one that started it ends, however it ends
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing); exit at once if it has already ended."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() == 1:  # the parent died before prctl: this process was handed to init
+        sys.exit("peer_runner: the process that started it is gone")
 
 
 # pgqueuer ------------------------------------------------------------------------------
@@ -167,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--concurrency", type=int, default=1, help="procrastinate: jobs at once (1)")
     work.add_argument("--hold", type=float, default=0.0, help="pgqueuer: seconds each job takes (0)")
     args = parser.parse_args(argv)
+    die_with_parent()
     args.concurrency = getattr(args, "concurrency", 1)
     if args.peer.startswith("pgqueuer"):
         os.environ["PGQUEUER_SCHEMA"] = args.schema  # before pgqueuer reads its settings
