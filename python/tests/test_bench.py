@@ -18,8 +18,16 @@ import psycopg
 import pytest
 
 from tenure.bench import SECTIONS
+from tenure.bench.latency import targets
 from tenure.bench.memory import rss_mib
-from tenure.bench.peers import PEER_SCHEMAS, PGQUEUER_BATCHES, default_peers_python, rate_between
+from tenure.bench.peers import (
+    PEER_SCHEMAS,
+    PGQUEUER_BATCHES,
+    Drained,
+    Row,
+    default_peers_python,
+    rate_between,
+)
 from tenure.bench.soak import UTYPE, SoakLog, verify
 from tenure.testing import procs
 
@@ -32,9 +40,11 @@ SMALL = [
     "--supervise-faults", "1",
 ]  # fmt: skip
 
-# peers and soak have their own tests below; memory (about 25 s even at 20 tasks: three worker
-# processes started and stopped) runs in make bench only, its reading checked below
-EXCEPT_PEERS = ",".join(section for section in SECTIONS if section not in ("peers", "memory", "soak"))
+# peers (with latency) and soak have their own tests below; memory (about 25 s even at 20 tasks:
+# three worker processes started and stopped) runs in make bench only, its reading checked below
+EXCEPT_PEERS = ",".join(
+    section for section in SECTIONS if section not in ("peers", "latency", "memory", "soak")
+)
 
 
 @pytest.mark.timeout(600)
@@ -136,7 +146,10 @@ def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:
 
 
 @pytest.mark.timeout(600)
-def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: Path) -> None:
+def test_peers_section_drains_with_every_system_then_latency(admin_conninfo: str, tmp_path: Path) -> None:
+    """The peers drain; then the latency section runs the best of them with paced single
+    enqueues (at a fixed 100 jobs/s for 1 s here: the figures are make bench's, only their
+    sense is checked)."""
     python = default_peers_python()
     if not Path(python).exists():
         message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
@@ -145,8 +158,16 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
         pytest.skip(message)
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers"),
+            *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers,latency"),
             *("--peer-jobs", "400", "--peer-tenure", "1x2,2x1", "--peers-python", python),
+            *(
+                "--latency-rate",
+                "100",
+                "--latency-seconds",
+                "1",
+                "--latency-systems",
+                "pgqueuer-asyncpg,tenure",
+            ),
             *("--workdir", str(tmp_path)),
         ],
         capture_output=True,
@@ -155,7 +176,8 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    _, _, side_by_side = result.stdout.partition("side by side")
+    side_by_side, _, latency = result.stdout.partition("end-to-end latency")
+    _, _, side_by_side = side_by_side.partition("side by side")
     # system, configuration, jobs/s, five ratios, CPU per job of the server and of the
     # workers (microseconds, from /proc: the test's cluster runs on this host), start-up, then
     # the runs' spread ("1 run" here)
@@ -179,6 +201,29 @@ def test_peers_section_drains_with_every_system(admin_conninfo: str, tmp_path: P
         ), output
     plot = re.search(r"plot: (\S+\.png)", result.stdout)
     assert plot is not None and Path(plot.group(1)).stat().st_size > 0, output
+    # Latency: each system's best configuration above, its maximum from there, 100 /s offered
+    # and about as many completed a second, p50 <= p99 <= max, tenure over pgqueuer.
+    best = {
+        system: max((row for row in rows if row[0] == system), key=lambda row: int(row[2]))
+        for system in ("pgqueuer-asyncpg", "tenure")
+    }
+    figures = re.findall(
+        r"^ {4}(\S+) +(\d+ processes x \S+ \d+) +(\d+) +100 +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +1 run$",
+        latency,
+        re.MULTILINE,
+    )
+    assert [(system, config, rate) for system, config, rate, *_ in figures] == [
+        best[system][:3] for system in ("pgqueuer-asyncpg", "tenure")
+    ], output
+    for _, _, _, completed, p50, p99, worst in figures:
+        assert 50 <= int(completed) <= 200, output
+        assert 0 < float(p50) <= float(p99) <= float(worst), output
+    assert re.search(r"^ {4}tenure +p50 +\d+\.\d\dx +p99 +\d+\.\d\dx$", latency, re.MULTILINE), output
+    # Without --latency-rate, each system is offered half of its own maximum.
+    row = Row("tenure", "2 processes x concurrency 256", (Drained(1000.0, 0.1), Drained(3000.0, 0.1)))
+    chosen, notes = targets([row], rate=None)
+    assert [(t.system, t.processes, t.size, t.rate) for t in chosen] == [("tenure", 2, 256, 1000.0)]
+    assert len(notes) == 2, notes  # no pgqueuer-asyncpg nor tenure-async row: no rate for them
     # The peers' schemas are gone with the section.
     with psycopg.connect(admin_conninfo) as check:
         schemas = check.execute(

@@ -34,6 +34,9 @@
 10. Peers: tenure's task workers, pgqueuer (asyncpg and psycopg) and procrastinate each
    draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
    (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
+   Then end-to-end latency: single jobs enqueued one per call at half of each system's own
+   maximum, p50 and p99 from due to completion, tenure against pgqueuer
+   (:mod:`tenure.bench.latency`, section ``latency``).
 11. Memory: the resident size of one worker process idle and with 1,000 tasks in flight,
    tenure's TaskWorker and AsyncTaskWorker against pgqueuer (:mod:`tenure.bench.memory`).
 12. The retention soak: electors, a task worker, claimers and a submission queue under steady
@@ -59,6 +62,8 @@ from tenure.bench.batches import queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
+from tenure.bench.latency import FALLBACK_TENURE, latency_bench
+from tenure.bench.latency import SYSTEMS as LATENCY_SYSTEMS
 from tenure.bench.memory import memory
 from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
@@ -85,6 +90,7 @@ SECTIONS = (
     "replicas",
     "supervise",
     "peers",
+    "latency",
     "memory",
     "soak",
 )
@@ -113,6 +119,9 @@ def run_bench(
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
     peer_systems: list[str] | None = None,
+    latency_rate: float | None = None,
+    latency_seconds: float = 10.0,
+    latency_systems: list[str] | None = None,
     memory_tasks: int = 1000,
     memory_hold: float = 20.0,
     soak_seconds: float = 1800.0,
@@ -207,8 +216,9 @@ def run_bench(
                 repeat=repeat,
                 min_window=queue_seconds,
             )
+        peer_rows = []
         if "peers" in sections:
-            peers_bench(
+            peer_rows = peers_bench(
                 admin,
                 admin_conninfo,
                 jobs=peer_jobs,
@@ -217,6 +227,19 @@ def run_bench(
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
                 repeat=repeat,
                 systems=PEER_SYSTEMS if peer_systems is None else peer_systems,
+            )
+        if "latency" in sections:
+            latency_bench(
+                admin,
+                admin_conninfo,
+                rows=peer_rows,
+                rate=latency_rate,
+                seconds=latency_seconds,
+                python=peers_python or default_peers_python(),
+                workdir=workdir,
+                tenure=peer_tenure[0] if peer_tenure else FALLBACK_TENURE,
+                systems=LATENCY_SYSTEMS if latency_systems is None else latency_systems,
+                repeat=repeat,
             )
         if "memory" in sections:
             memory(
@@ -265,6 +288,17 @@ def _systems(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(
             f"choose from {','.join(PEER_SYSTEMS)}; unknown: {','.join(unknown)}"
+        )
+    return chosen
+
+
+def _latency_systems(text: str) -> list[str]:
+    """A comma-separated list of the latency section's systems."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(LATENCY_SYSTEMS))
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(
+            f"choose from {','.join(LATENCY_SYSTEMS)}; unknown: {','.join(unknown)}"
         )
     return chosen
 
@@ -399,6 +433,25 @@ def build_parser() -> argparse.ArgumentParser:
         "disk, procrastinate's 20,000 jobs take minutes a round",
     )
     parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=None,
+        help="jobs/s offered to every system in the latency section (half of each system's maximum "
+        "measured by the peers section of the same run; without that section, give a rate)",
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=10.0,
+        help="the latency section's window: jobs due in it count, after a 1 s warm-up (10)",
+    )
+    parser.add_argument(
+        "--latency-systems",
+        type=_latency_systems,
+        default=None,
+        help=f"what the latency section runs ({','.join(LATENCY_SYSTEMS)})",
+    )
+    parser.add_argument(
         "--memory-tasks", type=int, default=1000, help="tasks in flight in the memory section (1000)"
     )
     parser.add_argument(
@@ -444,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--memory-tasks: at least 1; --memory-hold: at least 2 s")
     if args.repeat < 1:
         parser.error(f"--repeat: at least 1; got {args.repeat}")
+    if "latency" in args.sections and "peers" not in args.sections and args.latency_rate is None:
+        parser.error("--sections latency without peers: give --latency-rate (no maximum to take half of)")
+    if args.latency_seconds <= 0 or (args.latency_rate is not None and args.latency_rate <= 0):
+        parser.error("--latency-seconds and --latency-rate: above 0")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -468,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
         peer_systems=args.peer_systems,
+        latency_rate=args.latency_rate,
+        latency_seconds=args.latency_seconds,
+        latency_systems=args.latency_systems,
         memory_tasks=args.memory_tasks,
         memory_hold=args.memory_hold,
         soak_seconds=args.soak_seconds,

@@ -9,6 +9,7 @@ imports this file. :mod:`tenure.bench.peers` starts it as separate processes::
     python peer_runner.py --db CONNINFO --schema S pgqueuer-asyncpg install
     python peer_runner.py --db CONNINFO --schema S pgqueuer-asyncpg enqueue 20000
     python peer_runner.py --db CONNINFO --schema S pgqueuer-asyncpg work --batch 10
+    python peer_runner.py --db CONNINFO --schema S pgqueuer-asyncpg pace --rate 500 --seconds 10 --out FILE
 
 ``install`` drops the schema with everything in it and installs the peer afresh;
 ``enqueue`` adds the jobs in one transaction; ``work`` prepares one worker process with a
@@ -17,7 +18,10 @@ its standard input, then runs its worker loop until SIGTERM. The bench loads the
 between the two, so every process starts draining at once, and on a full queue: no
 process starts late in the window, and no peer is woken by a notification per job of a
 backlog loaded in bulk (procrastinate sends one per row, and drains 5x slower while
-20,000 of them arrive).
+20,000 of them arrive). ``pace`` is the latency section's producer: single jobs at a fixed
+rate through pgqueuer's own enqueue, paced by ``pacing.py`` (a sibling file, standard library
+only): it connects, prints ``ready``, reads the moment its first job is due (server epoch
+seconds) from its standard input, enqueues and writes the jobs' ids and moments to ``--out``.
 
 Every runner dies with the process that started it (``PR_SET_PDEATHSIG``): a bench killed
 mid-run used to leave its pgqueuer workers running, and draining the next run's queue.
@@ -33,6 +37,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 ENTRYPOINT = "bench"  # the one job kind both peers run, a no-op
@@ -108,6 +113,8 @@ async def pgqueuer_main(conninfo: str, driver: str, action: str, args: argparse.
             await queries.install()
         elif action == "enqueue":
             await queries.enqueue([ENTRYPOINT] * args.jobs, [None] * args.jobs, [0] * args.jobs)
+        elif action == "pace":
+            await pgqueuer_pace(conninfo, driver, queries, args)
         else:
             manager = QueueManager(queries)
 
@@ -124,6 +131,48 @@ async def pgqueuer_main(conninfo: str, driver: str, action: str, args: argparse.
             await run
     finally:
         await close()
+
+
+async def pgqueuer_pace(conninfo: str, driver: str, queries: Any, args: argparse.Namespace) -> None:
+    """The latency section's producer: ``args.senders`` connections each enqueueing single jobs
+    (``Queries.enqueue``, one call and one commit per job, the payload its due moment), paced."""
+    import pacing  # type: ignore[import-not-found]  # the sibling file, on sys.path as the script's directory
+    from pgqueuer.queries import Queries
+
+    closers = []
+    senders = []
+    try:
+        for _ in range(args.senders):
+            db, close = await pgqueuer_driver(conninfo, driver)
+            closers.append(close)
+            sender = Queries(db)
+
+            async def enqueue(due: float, sender: Any = sender) -> str:
+                (job,) = await sender.enqueue(ENTRYPOINT, f"{due:.6f}".encode(), 0)
+                return str(job)
+
+            senders.append(enqueue)
+
+        async def now() -> float:
+            rows = await queries.driver.fetch("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+            return float(rows[0]["now"])
+
+        offset = await pacing.server_offset(now)
+        await pacing.warm(senders, due=await now())
+        start = await pacing.ready_then_start()
+        records = await pacing.pace(
+            senders,
+            offset=offset,
+            rate=args.rate,
+            start=start,
+            seconds=args.seconds,
+            share=args.share,
+            shares=args.shares,
+        )
+        pacing.write(Path(args.out), records)
+    finally:
+        for close in closers:
+            await close()
 
 
 # procrastinate -------------------------------------------------------------------------
@@ -182,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--batch", type=int, default=10, help="pgqueuer: jobs per dequeue (10)")
     work.add_argument("--concurrency", type=int, default=1, help="procrastinate: jobs at once (1)")
     work.add_argument("--hold", type=float, default=0.0, help="pgqueuer: seconds each job takes (0)")
+    paced = actions.add_parser("pace", help="pgqueuer: single jobs at a fixed rate (pacing.py)")
+    paced.add_argument("--rate", type=float, required=True, help="jobs/s of all the pacing processes")
+    paced.add_argument("--seconds", type=float, required=True, help="length of the schedule")
+    paced.add_argument("--senders", type=int, default=16, help="connections enqueueing at once (16)")
+    paced.add_argument("--share", type=int, default=0, help="this process takes jobs i %% shares == share")
+    paced.add_argument("--shares", type=int, default=1, help="pacing processes in all (1)")
+    paced.add_argument("--out", required=True, help="file for the jobs' ids and moments")
     args = parser.parse_args(argv)
     die_with_parent()
     args.concurrency = getattr(args, "concurrency", 1)
