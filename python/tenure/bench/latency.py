@@ -63,6 +63,13 @@ PRODUCERS = 2  # pacing processes per run
 SENDERS = 32  # connections of each, enqueueing at once: the producer is not to be what limits
 LEAD = 0.2  # seconds from the word to start to the first job due
 
+
+def grace(schedule: float) -> float:
+    """Seconds past the end of a schedule this long that producers still send late jobs: a
+    job still unsent then counts as saturation (it was late by at least the grace)."""
+    return max(10.0, schedule)
+
+
 # Without a peers row to take the best from (the section not run): these configurations.
 FALLBACK_BATCH = 500  # pgqueuer's jobs per dequeue
 FALLBACK_TENURE = (2, 256)  # tenure's worker processes x concurrency
@@ -106,6 +113,7 @@ class Run:
     worst: float
     late99: float  # the producers' own lag: p99 of sent minus due
     jobs: int  # due in the window
+    unsent: int  # of them, not sent within the grace: the figures are then lower bounds
 
 
 def targets(
@@ -144,10 +152,13 @@ def summarize(
     """The run's figures from the producers' records and the jobs' completion moments."""
     begin, end = start + WARM_UP, start + WARM_UP + seconds
     window = [(job, due, sent) for job, due, sent, _ in records if begin <= due < end]
-    missing = [job for job, _, _ in window if job not in completed]
+    missing = [job for job, _, _ in window if job != pacing.UNSENT and job not in completed]
     if not window or missing:
         raise RuntimeError(f"{len(window)} jobs due in the window, {len(missing)} never completed")
-    latencies = [completed[job] - due for job, due, _ in window]
+    # A job never sent waited at least until the producers gave up on it.
+    cutoff = start + WARM_UP + seconds + TAIL + grace(WARM_UP + seconds + TAIL)
+    latencies = [(cutoff if job == pacing.UNSENT else completed[job]) - due for job, due, _ in window]
+    lags = [(cutoff if job == pacing.UNSENT else sent) - due for job, due, sent in window]
     return Run(
         offered=rate,
         sent=sum(1 for _, _, sent, _ in records if begin <= sent < end) / seconds,
@@ -155,8 +166,9 @@ def summarize(
         p50=percentile(latencies, 50),
         p99=percentile(latencies, 99),
         worst=max(latencies),
-        late99=percentile([sent - due for _, due, sent in window], 99),
+        late99=percentile(lags, 99),
         jobs=len(window),
+        unsent=sum(1 for job, _, _ in window if job == pacing.UNSENT),
     )
 
 
@@ -197,7 +209,8 @@ def produce(
         assert process.stdin is not None
         process.stdin.write(f"{start:.6f}\n".encode())
         process.stdin.flush()
-    deadline = time.monotonic() + WARM_UP + seconds + TAIL + STALL
+    schedule = WARM_UP + seconds + TAIL
+    deadline = time.monotonic() + LEAD + schedule + grace(schedule) + STALL
     for process, log, _ in started:
         try:
             code = process.wait(max(1.0, deadline - time.monotonic()))
@@ -254,8 +267,9 @@ def run_target(
     """The target's workers up and idle, the paced producers run their schedule, the queue
     drains; the figures of the jobs due in the window."""
     name = f"latency-{target.system}-{target.processes}x{target.size}-{round_}"
+    schedule = WARM_UP + seconds + TAIL
     pacing_options = [
-        *("--rate", str(target.rate), "--seconds", str(WARM_UP + seconds + TAIL)),
+        *("--rate", str(target.rate), "--seconds", str(schedule), "--grace", str(grace(schedule))),
         *("--senders", str(SENDERS)),
     ]
     if target.system.startswith("pgqueuer"):
@@ -276,15 +290,7 @@ def run_target(
         clean(admin)
         admin.execute("CHECKPOINT")
         options = ("--concurrency", str(target.size), "--poll-interval", "0.05")
-        producer = [
-            sys.executable,
-            "-m",
-            "tenure.bench.latency",
-            "produce",
-            "--db",
-            conninfo,
-            *pacing_options,
-        ]
+        producer = [sys.executable, "-c", PRODUCER, "produce", "--db", conninfo, *pacing_options]
         asynchronous = target.system == "tenure-async"
         with (
             producers(producer, name=name, workdir=workdir) as started,
@@ -339,7 +345,15 @@ def latency_bench(
                     f"    {f'round {round_}: ' if repeat > 1 else ''}{target.system:<17} {target.config:<30} "
                     f"offered {run.offered:7.0f} /s, sent {run.sent:7.0f}, completed {run.completed:7.0f}   "
                     f"p50 {ms(run.p50)} ms  p99 {ms(run.p99)} ms  max {ms(run.worst)} ms   "
-                    f"producer late p99 {ms(run.late99)} ms",
+                    f"producer late p99 {ms(run.late99)} ms"
+                    + (
+                        f"\n      SATURATED: {run.unsent:,} of the {run.jobs:,} jobs due in the window were "
+                        "never sent (every producer connection was waiting on an enqueue until the grace ran "
+                        "out): "
+                        "these figures are lower bounds; try a lower --latency-rate"
+                        if run.unsent
+                        else ""
+                    ),
                     flush=True,
                 )
     finally:
@@ -358,6 +372,7 @@ def latency_bench(
             f"    {target.system:<17} {target.config:<30} {maximum} {target.rate:8.0f} "
             f"{median(run.completed for run in done):9.0f} {ms(median(run.p50 for run in done))} "
             f"{ms(spread.median / 1000)} {ms(median(run.worst for run in done))}   {spread.describe()}"
+            + ("  SATURATED (lower bounds)" if any(run.unsent for run in done) else "")
         )
     reference = runs.get("pgqueuer-asyncpg")
     if reference:
@@ -377,7 +392,8 @@ def median(values: Any) -> float:
     return Repeated(tuple(values)).median
 
 
-# The producer of tenure's runs: python -m tenure.bench.latency produce ...
+# The producer of tenure's runs (-c, not -m: tenure.bench imports this module first).
+PRODUCER = "import sys; from tenure.bench.latency import main; sys.exit(main(sys.argv[1:]))"
 
 
 async def produce_tenure(args: argparse.Namespace) -> None:
@@ -414,6 +430,7 @@ async def produce_tenure(args: argparse.Namespace) -> None:
             rate=args.rate,
             start=start,
             seconds=args.seconds,
+            grace=args.grace,
             share=args.share,
             shares=args.shares,
         )
@@ -431,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     paced.add_argument("--rate", type=float, required=True, help="jobs/s of all the pacing processes")
     paced.add_argument("--seconds", type=float, required=True, help="length of the schedule")
     paced.add_argument("--senders", type=int, default=SENDERS)
+    paced.add_argument("--grace", type=float, default=10.0)
     paced.add_argument("--share", type=int, default=0)
     paced.add_argument("--shares", type=int, default=1)
     paced.add_argument("--out", required=True)

@@ -1,8 +1,8 @@
 """The paced producer of ``tenure bench --sections latency``: single jobs, one enqueue each, on a
 fixed schedule, whatever the queue does (an open loop).
 
-Standard library only: it runs in tenure's interpreter (``python -m tenure.bench.latency
-produce``, tenure's AsyncDriver) and in the peers' (``peer_runner.py ... pace``, pgqueuer's own
+Standard library only: it runs in tenure's interpreter (:func:`tenure.bench.latency.main`'s
+``produce``, tenure's AsyncDriver) and in the peers' (``peer_runner.py ... pace``, pgqueuer's own
 client), which imports it as a sibling file; each brings the function that enqueues one job.
 
 Job ``i`` is due at ``start + i / rate`` by the server's clock. Every process of ``shares``
@@ -10,11 +10,13 @@ takes the jobs ``i`` with ``i % shares == share``, and hands them, in order, to 
 coroutines, one connection each: a free sender sleeps until the next job is due and enqueues
 it; a job whose moment has passed (every sender was busy) is sent at once, and the schedule
 of the jobs after it does not move, so a slow queue cannot slow the offered load down
-(coordinated omission). The server's clock is read once at the start, around a round trip,
-and the schedule is kept on this host's monotonic clock from there; every moment written out
-is in the server's epoch seconds. A producer connects, prints ``ready`` and reads the
-moment job 0 is due from its standard input, so every process of a run starts on one
-schedule however long each took to start.
+(coordinated omission). A queue that cannot take the rate at all would keep the producer
+sending long after its schedule: a job still unsent ``grace`` seconds after the schedule's
+end is not sent, and recorded as such (:data:`UNSENT`). The server's clock is read once at
+the start, around a round trip, and the schedule is kept on this host's monotonic clock from
+there; every moment written out is in the server's epoch seconds. A producer connects,
+prints ``ready`` and reads the moment job 0 is due from its standard input, so every
+process of a run starts on one schedule however long each took to start.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 
 # Enqueue one job carrying its due moment (server epoch seconds); return the job's id as text.
 Enqueue = Callable[..., Awaitable[str]]
+
+UNSENT = "unsent"  # the id of a job not sent by the end of the grace (its sent moment: nan)
 
 
 async def server_offset(now: Callable[[], Awaitable[float]], *, tries: int = 5) -> float:
@@ -66,15 +70,18 @@ async def pace(
     rate: float,
     start: float,
     seconds: float,
+    grace: float,
     share: int = 0,
     shares: int = 1,
 ) -> list[tuple[str, float, float, float]]:
     """Enqueue this process's share of ``rate * seconds`` jobs due from ``start`` (server epoch
-    seconds; ``offset`` maps this host's monotonic clock onto it) through ``senders``; return
-    one (id, due, sent, acknowledged) per job, in server epoch seconds."""
+    seconds; ``offset`` maps this host's monotonic clock onto it) through ``senders``, until
+    ``grace`` seconds after the last is due; return one (id, due, sent, acknowledged) per job,
+    in server epoch seconds (:data:`UNSENT` and nan for a job not sent)."""
     total = int(rate * seconds)
     jobs = itertools.count(share, shares)  # shared by the senders: each takes the next one due
     records: list[tuple[str, float, float, float]] = []
+    cutoff = start + seconds + grace - offset  # on the monotonic clock
 
     async def send(enqueue: Enqueue) -> None:
         for i in jobs:
@@ -82,6 +89,9 @@ async def pace(
                 return
             due = start + i / rate
             delay = due - offset - time.monotonic()
+            if time.monotonic() > cutoff:
+                records.append((UNSENT, due, float("nan"), float("nan")))
+                continue
             if delay > 0:
                 await asyncio.sleep(delay)
             sent = time.monotonic() + offset

@@ -166,6 +166,7 @@ async def pgqueuer_pace(conninfo: str, driver: str, queries: Any, args: argparse
             rate=args.rate,
             start=start,
             seconds=args.seconds,
+            grace=args.grace,
             share=args.share,
             shares=args.shares,
         )
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     paced.add_argument("--rate", type=float, required=True, help="jobs/s of all the pacing processes")
     paced.add_argument("--seconds", type=float, required=True, help="length of the schedule")
     paced.add_argument("--senders", type=int, default=16, help="connections enqueueing at once (16)")
+    paced.add_argument("--grace", type=float, default=10.0, help="seconds past the schedule to send (10)")
     paced.add_argument("--share", type=int, default=0, help="this process takes jobs i %% shares == share")
     paced.add_argument("--shares", type=int, default=1, help="pacing processes in all (1)")
     paced.add_argument("--out", required=True, help="file for the jobs' ids and moments")
