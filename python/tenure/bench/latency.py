@@ -112,6 +112,7 @@ class Run:
     p99: float
     worst: float
     late99: float  # the producers' own lag: p99 of sent minus due
+    enqueue50: float  # p50 of an enqueue call's round trip (acknowledged minus sent)
     jobs: int  # due in the window
     unsent: int  # of them, not sent within the grace: the figures are then lower bounds
 
@@ -152,6 +153,7 @@ def summarize(
     """The run's figures from the producers' records and the jobs' completion moments."""
     begin, end = start + WARM_UP, start + WARM_UP + seconds
     window = [(job, due, sent) for job, due, sent, _ in records if begin <= due < end]
+    calls = [acked - sent for job, due, sent, acked in records if job != pacing.UNSENT and begin <= due < end]
     missing = [job for job, _, _ in window if job != pacing.UNSENT and job not in completed]
     if not window or missing:
         raise RuntimeError(f"{len(window)} jobs due in the window, {len(missing)} never completed")
@@ -167,6 +169,7 @@ def summarize(
         p99=percentile(latencies, 99),
         worst=max(latencies),
         late99=percentile(lags, 99),
+        enqueue50=percentile(calls, 50) if calls else float("nan"),
         jobs=len(window),
         unsent=sum(1 for job, _, _ in window if job == pacing.UNSENT),
     )
@@ -345,7 +348,7 @@ def latency_bench(
                     f"    {f'round {round_}: ' if repeat > 1 else ''}{target.system:<17} {target.config:<30} "
                     f"offered {run.offered:7.0f} /s, sent {run.sent:7.0f}, completed {run.completed:7.0f}   "
                     f"p50 {ms(run.p50)} ms  p99 {ms(run.p99)} ms  max {ms(run.worst)} ms   "
-                    f"producer late p99 {ms(run.late99)} ms"
+                    f"producer late p99 {ms(run.late99)} ms, enqueue call p50 {ms(run.enqueue50)} ms"
                     + (
                         f"\n      SATURATED: {run.unsent:,} of the {run.jobs:,} jobs due in the window were "
                         "never sent (every producer connection was waiting on an enqueue until the grace ran "
