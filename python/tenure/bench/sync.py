@@ -132,6 +132,7 @@ def sigterm_exits() -> Iterator[None]:
     cluster and the workers (Python's default for SIGTERM would end the process at once)."""
 
     def leave(signum: int, frame: FrameType | None) -> None:
+        print("tenure bench: SIGTERM, stopping the sync section's workers and cluster", file=sys.stderr)
         raise SystemExit(128 + signum)
 
     if threading.current_thread() is not threading.main_thread():
@@ -178,11 +179,20 @@ def headline(rows: Sequence[SyncRow]) -> list[str]:
         f"  headline, synchronous standby: tenure's best over pgqueuer-asyncpg's best "
         f"({reference.config}, {reference.rate:.0f} /s):"
     ]
+    peers = [row for row in plain if row.system == "pgqueuer-asyncpg"]
     for system in ("tenure", "tenure-async"):
         row = best(plain, system)
         if row is not None:
+            # round by round: this configuration over pgqueuer's best in the same round
+            rounds = [
+                run.rate / max(peer.runs[n].rate for peer in peers)
+                for n, run in enumerate(row.runs)
+                if all(len(peer.runs) > n for peer in peers)
+            ]
+            paired = f" (rounds: {' / '.join(f'{r:.2f}' for r in rounds)})" if len(rounds) > 1 else ""
             lines.append(
-                f"    {system:<14} {row.config:<32} {row.rate:8.0f} /s   {row.rate / reference.rate:.2f}x"
+                f"    {system:<14} {row.config:<32} {row.rate:8.0f} /s   "
+                f"{row.rate / reference.rate:.2f}x{paired}"
             )
     return lines
 
