@@ -12,7 +12,7 @@
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); tenure
 #             against pgqueuer on a 2-node Patroni cluster with a synchronous standby ("--sections sync",
-#             its own durable cluster, about 6 minutes); a 30-min
+#             its own durable cluster, 7-10 minutes); a 30-min
 #             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600");
 #             the headline on a durable cluster (PostgreSQL's defaults for fsync, synchronous_commit,
 #             full_page_writes, wal_sync_method), then BENCH_ARGS, or else BENCH_FAST_ARGS (tasks, peers),
