@@ -13,7 +13,8 @@ pgqueuer-asyncpg at the batch sizes of :data:`SYNC_BATCHES` and tenure's TaskWor
 AsyncTaskWorker in the configurations of :data:`SYNC_TENURE`, each shown as a ratio to
 pgqueuer's best on the same cluster; and the jobs each writing commit carried in the same
 window: jobs finished over transaction ids assigned (every transaction that writes takes
-one, and only those wait for the standby; the samplers' own reads take none).
+one, and only those wait for the standby; the samplers' own reads take none); and, as in
+the peers section, the CPU per job of the primary's processes and of the workers.
 
 The section starts the cluster itself (about 10 s: etcd, initdb, a pg_basebackup) and
 stops everything it started however it ends (the cluster, the worker processes; SIGTERM
@@ -145,6 +146,11 @@ def sigterm_exits() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def us_per_job(value: float | None) -> str:
+    """CPU microseconds per job, ``n/a`` when not measured (the peers section's form)."""
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 def per_commit(value: float) -> str:
     """Jobs per commit to one decimal, ``-`` when the window had too few samples."""
     return "-" if value != value else f"{value:.1f}"
@@ -154,7 +160,7 @@ def table(rows: Sequence[SyncRow]) -> list[str]:
     reference = best([r.row for r in rows], "pgqueuer-asyncpg")
     header = (
         f"    {'system':<18} {'configuration':<32} {'jobs/s':>8} {'x pgqueuer best':>16} "
-        f"{'jobs/commit':>11} {'start-up':>9}   runs"
+        f"{'jobs/commit':>11} {'server us/job':>13} {'workers us/job':>14} {'start-up':>9}   runs"
     )
     lines = [header]
     for sync_row in rows:
@@ -162,7 +168,8 @@ def table(rows: Sequence[SyncRow]) -> list[str]:
         ratio = f"{row.rate / reference.rate:16.2f}" if reference else f"{'-':>16}"
         lines.append(
             f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} {ratio} "
-            f"{per_commit(sync_row.jobs_per_commit):>11} "
+            f"{per_commit(sync_row.jobs_per_commit):>11} {us_per_job(row.server_us):>13} "
+            f"{us_per_job(row.workers_us):>14} "
             f"{row.startup:7.2f} s   {row.rates.describe()}"
         )
     if reference is not None:
@@ -297,7 +304,8 @@ def _run(
             print(
                 f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
                 f"{drained.rate:8.0f} /s   {per_commit(jobs_per_run):>6} jobs/commit   "
-                f"start-up {drained.startup:.2f} s",
+                f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
+                f"workers {us_per_job(drained.workers_us)}",
                 flush=True,
             )
 
