@@ -10,7 +10,9 @@
 #             calls, 1,000 model runs; make test runs 3,000 and 300)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
-#             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); a 30-min
+#             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); tenure
+#             against pgqueuer on a 2-node Patroni cluster with a synchronous standby ("--sections sync",
+#             its own durable cluster, 7-10 minutes); a 30-min
 #             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600");
 #             the headline on a durable cluster (PostgreSQL's defaults for fsync, synchronous_commit,
 #             full_page_writes, wal_sync_method), then BENCH_ARGS, or else BENCH_FAST_ARGS (tasks, peers),

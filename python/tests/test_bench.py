@@ -6,6 +6,7 @@ them its test skips, or fails when CI is set."""
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import signal
@@ -29,6 +30,7 @@ from tenure.bench.peers import (
     rate_between,
 )
 from tenure.bench.soak import UTYPE, SoakLog, verify
+from tenure.bench.sync import jobs_per_commit
 from tenure.testing import procs
 
 SMALL = [
@@ -40,10 +42,11 @@ SMALL = [
     "--supervise-faults", "1",
 ]  # fmt: skip
 
-# peers (with latency) and soak have their own tests below; memory (about 25 s even at 20 tasks:
-# three worker processes started and stopped) runs in make bench only, its reading checked below
+# peers (with latency) and soak have their own tests below, sync its own in
+# test_patroni_harness.py (on that module's cluster); memory (about 25 s even at 20 tasks: three
+# worker processes started and stopped) runs in make bench only, its reading checked below
 EXCEPT_PEERS = ",".join(
-    section for section in SECTIONS if section not in ("peers", "latency", "memory", "soak")
+    section for section in SECTIONS if section not in ("peers", "latency", "memory", "soak", "sync")
 )
 
 
@@ -143,6 +146,15 @@ def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:
     assert rate_between([(0.0, 1000), (0.5, 1000), (1.5, 0)], 1000) == pytest.approx(800 / 0.8)
     with pytest.raises(ValueError, match="never reach"):
         rate_between([(0.0, 1000), (1.0, 500)], 1000)
+
+
+def test_jobs_per_commit_counts_the_transaction_ids_of_the_steady_window() -> None:
+    # (left, next xid): the empty queue before the load, the load, then 10 jobs per xid in the
+    # window (900 -> 100 left: 800 jobs, 80 xids) and a tail of single-job commits outside it
+    samples = [(0, 5), (0, 6), (1000, 7), (950, 10), (900, 12), (500, 52), (100, 92), (50, 142), (0, 192)]
+    assert jobs_per_commit(samples, 1000) == pytest.approx(10.0)
+    assert math.isnan(jobs_per_commit([(0, 5), (1000, 6), (0, 7)], 1000))  # no sample inside the window
+    assert math.isnan(jobs_per_commit([(0, 5), (0, 6)], 1000))  # the load never seen
 
 
 @pytest.mark.timeout(600)

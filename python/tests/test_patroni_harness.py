@@ -4,13 +4,17 @@ module, with n3's clock 2 s ahead; each fault once, with the seconds it took pri
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from conftest import harness_logs
 
+from tenure.bench.peers import default_peers_python
+from tenure.bench.sync import sync_bench
 from tenure.testing import procs
 from tenure.testing.patroni import PatroniCluster
 from tenure.testing.pgbouncer import PgBouncer
@@ -73,6 +77,41 @@ def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
         ).fetchone() == (1,)
     with psycopg.connect(cluster.conninfo("tenure_smoke", user="smoke_worker")) as connection:
         assert connection.execute("SHOW synchronous_commit").fetchone() == ("off",)
+
+
+@pytest.mark.timeout(120)
+def test_bench_sync_section_prints_its_rows(
+    cluster: PatroniCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tenure bench --sections sync`` at a tiny size, on this module's cluster (the section
+    starts its own, durable, two-node one in make bench): pgqueuer and tenure drain on the
+    primary, and the table shows each row's ratio to pgqueuer's best. About 16 s at a load
+    of 6 on 2 cores (deploying tenure again would add 13)."""
+    python = default_peers_python()
+    if not Path(python).exists():
+        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
+        if procs.under_ci():
+            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+        pytest.skip(message)
+    began = time.monotonic()
+    rows = sync_bench(
+        jobs=200, python=python, workdir=tmp_path, batches=[100], tenure_configs=[(1, 32)],
+        cluster=cluster, dbname="tenure_smoke",  # deployed by the test above (or by the section)
+    )  # fmt: skip
+    print(f"sync section: {time.monotonic() - began:.1f} s")
+    output = capsys.readouterr().out
+    assert [(r.row.system, r.row.config) for r in rows] == [
+        ("pgqueuer-asyncpg", "2 processes x batch 100"),
+        ("tenure", "1 processes x concurrency 32"),
+        ("tenure-async", "1 processes x concurrency 32"),
+    ], output
+    assert all(r.row.rate > 0 for r in rows), output
+    assert "(streaming, sync)" in output, output
+    _, _, table = output.partition("on the synchronous standby")
+    ratios = re.findall(r"^ {4}(\S+) +\d+ processes x \S+ \d+ +\d+ +(\d+\.\d\d) ", table, re.MULTILINE)
+    assert [system for system, _ in ratios] == ["pgqueuer-asyncpg", "tenure", "tenure-async"], output
+    assert ratios[0][1] == "1.00", output
+    assert "headline, synchronous standby" in output, output
 
 
 @pytest.mark.usefixtures("needs_pgbouncer")

@@ -47,6 +47,9 @@
    20 times each: the time from the fault and from the end of the grant's safe window to the
    child's death, and what is left before anyone else could be granted the type
    (:mod:`tenure.bench.supervise`).
+14. A synchronous standby: tenure's task workers against pgqueuer-asyncpg's best batch sizes on
+   a two-node Patroni cluster in synchronous mode at production durability, as ratios to
+   pgqueuer's best there, with the jobs each writing commit carried (:mod:`tenure.bench.sync`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_pytho
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
 from tenure.bench.supervise import supervise
+from tenure.bench.sync import SYNC_BATCHES, SYNC_TENURE, sync_bench
 from tenure.bench.tasks import (
     JOBS_DDL,
     clean,
@@ -93,6 +97,7 @@ SECTIONS = (
     "latency",
     "memory",
     "soak",
+    "sync",
 )
 
 
@@ -129,6 +134,9 @@ def run_bench(
     supervise_faults: int = 20,
     workdir: Path | None = None,
     repeat: int = 1,
+    sync_jobs: int = 30_000,
+    sync_tenure: list[tuple[int, int]] | None = None,
+    sync_batches: list[int] | None = None,
 ) -> int:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -254,6 +262,15 @@ def run_bench(
         replica_failover(admin_conninfo, trials=replica_trials, workdir=workdir)
     if "supervise" in sections:
         supervise(admin_conninfo, faults=supervise_faults, workdir=workdir)
+    if "sync" in sections:
+        sync_bench(
+            jobs=sync_jobs,
+            python=peers_python or default_peers_python(),
+            workdir=workdir,
+            batches=SYNC_BATCHES if sync_batches is None else sync_batches,
+            tenure_configs=SYNC_TENURE if sync_tenure is None else sync_tenure,
+            repeat=repeat,
+        )
     if "soak" in sections:
         with psycopg.connect(admin_conninfo, autocommit=True) as admin:
             soak(admin, admin_conninfo, seconds=soak_seconds, age=soak_age, workdir=workdir)
@@ -452,6 +469,25 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"what the latency section runs ({','.join(LATENCY_SYSTEMS)})",
     )
     parser.add_argument(
+        "--sync-jobs",
+        type=int,
+        default=30_000,
+        help="no-op jobs each system drains on the synchronous standby's primary (sync section; 30000)",
+    )
+    parser.add_argument(
+        "--sync-tenure",
+        type=_configs,
+        default=None,
+        help="tenure task worker configurations of the sync section, PROCESSESxCONCURRENCY "
+        f"({','.join(f'{p}x{c}' for p, c in SYNC_TENURE)})",
+    )
+    parser.add_argument(
+        "--sync-batches",
+        type=_counts,
+        default=None,
+        help=f"pgqueuer-asyncpg's batch sizes in the sync section ({','.join(map(str, SYNC_BATCHES))})",
+    )
+    parser.add_argument(
         "--memory-tasks", type=int, default=1000, help="tasks in flight in the memory section (1000)"
     )
     parser.add_argument(
@@ -501,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sections latency without peers: give --latency-rate (no maximum to take half of)")
     if args.latency_seconds <= 0 or (args.latency_rate is not None and args.latency_rate <= 0):
         parser.error("--latency-seconds and --latency-rate: above 0")
+    if args.sync_jobs < 10:
+        parser.error(f"--sync-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.sync_jobs}")
     if args.peer_jobs < 10:
         parser.error(f"--peer-jobs: at least 10 jobs, for a 10%-90% window to measure; got {args.peer_jobs}")
     return run_bench(
@@ -535,4 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         supervise_faults=args.supervise_faults,
         workdir=args.workdir,
         repeat=args.repeat,
+        sync_jobs=args.sync_jobs,
+        sync_tenure=args.sync_tenure,
+        sync_batches=args.sync_batches,
     )

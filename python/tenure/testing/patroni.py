@@ -13,7 +13,10 @@ overwrites the leader key after a freeze: split brain, patroni PR #2689); ttl 10
 loop_wait 2, retry_timeout 3, pg_rewind, replication slots, trust for 127.0.0.1,
 ``synchronous_mode`` and ``synchronous_mode_strict`` on unless the constructor says
 otherwise (strict: with no sync standby the leader's commits wait). fsync is off (a
-process kill never loses the page cache; only an OS crash would). Every port is chosen
+process kill never loses the page cache; only an OS crash would) unless ``durable=True``:
+then every node runs at production durability (PostgreSQL's defaults for fsync,
+synchronous_commit, full_page_writes and wal_sync_method), as the bench's ``sync``
+section needs. Every port is chosen
 free at run time; everything lives in one scratch directory h1-patroni-* in /tmp (or in
 ``parent``, which the ``postgres`` user must be able to enter), with a copy of
 ``procs.py`` for the reaper Patroni runs under (the ``postgres`` user need not be able to
@@ -169,8 +172,10 @@ class PatroniCluster(procs.Harness):
         start_timeout: float = 120.0,
         keep_dir: bool = False,
         parent: Path | None = None,
+        durable: bool = False,
     ) -> None:
         self.scope = scope
+        self.durable = durable
         self.synchronous_mode = synchronous_mode
         self.synchronous_mode_strict = synchronous_mode_strict
         self.ttl, self.loop_wait, self.retry_timeout = ttl, loop_wait, retry_timeout
@@ -355,7 +360,7 @@ class PatroniCluster(procs.Harness):
                             # a standby retries streaming sooner (default 5 s: its first try
                             # fails when the leader has not made its replication slot yet)
                             "wal_retrieve_retry_interval": "500ms",
-                            "fsync": "off",
+                            **({} if self.durable else {"fsync": "off"}),
                             "timezone": "UTC",
                             "log_timezone": "UTC",
                             **self.parameters,

@@ -1,0 +1,336 @@
+"""A synchronous standby: tenure's task workers against pgqueuer on a two-node Patroni
+cluster (:class:`tenure.testing.patroni.PatroniCluster`, ``synchronous_mode`` and
+``synchronous_mode_strict`` on) at production durability (fsync, synchronous_commit,
+full_page_writes and wal_sync_method at PostgreSQL's defaults), every worker connected to
+the primary.
+
+There every writing commit waits for its WAL to be flushed on the primary, sent to the
+standby and flushed there too: a commit costs a network round trip and two disk flushes,
+so what scales is how many jobs each commit carries. The rows are the peers section's
+(:mod:`tenure.bench.peers`), measured the same way (jobs/s between 10% and 90% drained,
+start-up apart, ``--repeat`` interleaved rounds with medians and spreads), for
+pgqueuer-asyncpg at the batch sizes of :data:`SYNC_BATCHES` and tenure's TaskWorker and
+AsyncTaskWorker in the configurations of :data:`SYNC_TENURE`, each shown as a ratio to
+pgqueuer's best on the same cluster; and the jobs each writing commit carried in the same
+window: jobs finished over transaction ids assigned (every transaction that writes takes
+one, and only those wait for the standby; the samplers' own reads take none); and, as in
+the peers section, the CPU per job of the primary's processes and of the workers.
+
+The section starts the cluster itself (about 10 s: etcd, initdb, a pg_basebackup) and
+stops everything it started however it ends (the cluster, the worker processes; SIGTERM
+included); Patroni's and PostgreSQL's logs are copied to the bench's workdir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from tenure.bench.common import Repeated, durability, percentile
+from tenure.bench.peers import LEFT_SQL, Drained, Row, best, peer_rate, tenure_rate
+from tenure.bench.tasks import JOBS_DDL
+from tenure.testing import procs
+from tenure.testing.patroni import BINARIES, PatroniCluster
+
+SYNC_NODES = 2
+SYNC_BATCHES: tuple[int, ...] = (100, 500)  # pgqueuer-asyncpg's batch sizes (its best ones on one node)
+SYNC_TENURE: list[tuple[int, int]] = [(2, 256), (2, 64)]  # (worker processes, --concurrency)
+DB = "tenure_bench"
+COMMIT_PROBES = 50  # single-row commits timed for the cluster's commit latency
+
+# what is left (as the peers section counts it) and the next transaction id to be assigned
+PROGRESS_SQL = (
+    "SELECT s.left_, pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM ({left}) s(left_, at)"
+)
+
+
+@dataclass(frozen=True)
+class SyncRow:
+    """A row of the peers section and, per run, the jobs each writing commit carried."""
+
+    row: Row
+    per_commit: tuple[float, ...]  # NaN where a run had too few samples in its window
+
+    @property
+    def jobs_per_commit(self) -> float:
+        values = [value for value in self.per_commit if value == value]
+        return Repeated(tuple(values)).median if values else float("nan")
+
+
+class ProgressSampler:
+    """Every 0.1 s on a connection of its own: (jobs left, next transaction id), while a drain runs."""
+
+    def __init__(self, conninfo: str, family: str) -> None:
+        self.query = PROGRESS_SQL.format(left=LEFT_SQL[family])
+        self.connection = psycopg.connect(conninfo, autocommit=True)
+        self.samples: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sync-sampler", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    row = self.connection.execute(self.query).fetchone()
+                except psycopg.errors.UndefinedTable:  # a peer not installed (again) yet
+                    row = None
+                if row is not None:
+                    self.samples.append((int(row[0]), int(row[1])))
+                self._stop.wait(0.1)
+        except BaseException as error:  # reported by jobs_per_commit's caller
+            self.error = error
+
+    def __enter__(self) -> ProgressSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.connection.close()
+
+
+def jobs_per_commit(samples: Sequence[tuple[int, int]], jobs: int) -> float:
+    """Jobs finished over transaction ids assigned between the first sample at or below 90%
+    left and the last at or above 10% left (after the load was seen); NaN without two."""
+    loaded = next((n for n, (left, _) in enumerate(samples) if left > 0.9 * jobs), None)
+    if loaded is None:
+        return float("nan")
+    window = [s for s in samples[loaded:] if 0.1 * jobs <= s[0] <= 0.9 * jobs]
+    if len(window) < 2 or window[-1][1] <= window[0][1]:
+        return float("nan")
+    (left0, xid0), (left1, xid1) = window[0], window[-1]
+    return (left0 - left1) / (xid1 - xid0)
+
+
+def commit_latency(connection: psycopg.Connection[Any]) -> float:
+    """The median of COMMIT_PROBES single writing commits, in ms (each waits for the standby)."""
+    times = []
+    for _ in range(COMMIT_PROBES):
+        began = time.perf_counter()
+        connection.execute("SELECT pg_logical_emit_message(true, 'tenure-bench', 'commit probe')")
+        times.append(1000 * (time.perf_counter() - began))
+    return percentile(times, 50)
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit while the block runs, so its ``finally`` clauses stop the
+    cluster and the workers (Python's default for SIGTERM would end the process at once)."""
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        print("tenure bench: SIGTERM, stopping the sync section's workers and cluster", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def us_per_job(value: float | None) -> str:
+    """CPU microseconds per job, ``n/a`` when not measured (the peers section's form)."""
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def per_commit(value: float) -> str:
+    """Jobs per commit to one decimal, ``-`` when the window had too few samples."""
+    return "-" if value != value else f"{value:.1f}"
+
+
+def table(rows: Sequence[SyncRow]) -> list[str]:
+    reference = best([r.row for r in rows], "pgqueuer-asyncpg")
+    header = (
+        f"    {'system':<18} {'configuration':<32} {'jobs/s':>8} {'x pgqueuer best':>16} "
+        f"{'jobs/commit':>11} {'server us/job':>13} {'workers us/job':>14} {'start-up':>9}   runs"
+    )
+    lines = [header]
+    for sync_row in rows:
+        row = sync_row.row
+        ratio = f"{row.rate / reference.rate:16.2f}" if reference else f"{'-':>16}"
+        lines.append(
+            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} {ratio} "
+            f"{per_commit(sync_row.jobs_per_commit):>11} {us_per_job(row.server_us):>13} "
+            f"{us_per_job(row.workers_us):>14} "
+            f"{row.startup:7.2f} s   {row.rates.describe()}"
+        )
+    if reference is not None:
+        lines.append(f"    reference: pgqueuer best = {reference.config} ({reference.rate:.0f} /s)")
+    return lines
+
+
+def headline(rows: Sequence[SyncRow]) -> list[str]:
+    plain = [r.row for r in rows]
+    reference = best(plain, "pgqueuer-asyncpg")
+    if reference is None:
+        return []
+    lines = [
+        f"  headline, synchronous standby: tenure's best over pgqueuer-asyncpg's best "
+        f"({reference.config}, {reference.rate:.0f} /s):"
+    ]
+    peers = [row for row in plain if row.system == "pgqueuer-asyncpg"]
+    for system in ("tenure", "tenure-async"):
+        row = best(plain, system)
+        if row is not None:
+            # round by round: this configuration over pgqueuer's best in the same round
+            rounds = [
+                run.rate / max(peer.runs[n].rate for peer in peers)
+                for n, run in enumerate(row.runs)
+                if all(len(peer.runs) > n for peer in peers)
+            ]
+            paired = f" (rounds: {' / '.join(f'{r:.2f}' for r in rounds)})" if len(rounds) > 1 else ""
+            lines.append(
+                f"    {system:<14} {row.config:<32} {row.rate:8.0f} /s   "
+                f"{row.rate / reference.rate:.2f}x{paired}"
+            )
+    return lines
+
+
+def sync_bench(
+    *,
+    jobs: int,
+    python: str,
+    workdir: Path,
+    batches: Sequence[int] = SYNC_BATCHES,
+    tenure_configs: Sequence[tuple[int, int]] = SYNC_TENURE,
+    repeat: int = 1,
+    cluster: PatroniCluster | None = None,
+    dbname: str = DB,
+) -> list[SyncRow]:
+    """Start the cluster (or use ``cluster``, a running one in synchronous mode: the tests
+    reuse theirs), deploy tenure into ``dbname`` unless it is there already, run every row
+    ``repeat`` times in interleaved rounds, print the table; the cluster started here and
+    every worker are gone when this returns or raises."""
+    missing = procs.missing_programs(*BINARIES)
+    if missing and cluster is None:
+        raise RuntimeError(
+            f"the sync section needs {', '.join(missing)} (Debian's patroni and etcd-server; "
+            "scripts/install-deps.sh, run by make bench, installs them)"
+        )
+    if batches and not Path(python).exists():
+        raise RuntimeError(
+            f"no peers' interpreter at {python}: run scripts/install-peers.sh (make bench does)"
+        )
+    rounds = f", {repeat} interleaved rounds" if repeat > 1 else ""
+    nodes = SYNC_NODES if cluster is None else len(cluster.nodes)
+    print(
+        f"  a synchronous standby: a {nodes}-node Patroni cluster (synchronous_mode_strict), "
+        f"{jobs:,} no-op jobs drained on its primary{rounds}:",
+        flush=True,
+    )
+    run = functools.partial(
+        _run, jobs=jobs, python=python, workdir=workdir, batches=batches,
+        tenure_configs=tenure_configs, repeat=repeat, dbname=dbname,
+    )  # fmt: skip
+    if cluster is not None:
+        with sigterm_exits():
+            return run(cluster)
+    harness = PatroniCluster(nodes=SYNC_NODES, durable=True, scope="tenure-bench-sync")
+    with sigterm_exits(), harness as started:
+        try:
+            return run(started)
+        finally:
+            for label, path in started.log_paths().items():
+                with contextlib.suppress(OSError):
+                    shutil.copy(path, workdir / f"sync-{label.replace(' ', '-')}.log")
+
+
+def _run(
+    cluster: PatroniCluster,
+    *,
+    jobs: int,
+    python: str,
+    workdir: Path,
+    batches: Sequence[int],
+    tenure_configs: Sequence[tuple[int, int]],
+    repeat: int,
+    dbname: str,
+) -> list[SyncRow]:
+    leader = cluster.wait_ready(60)
+    standby = cluster.sync_standby()
+    if not cluster.psql(leader, "SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)):
+        cluster.deploy_tenure(dbname)
+    conninfo = cluster.node_conninfo(leader, dbname)
+    rows: dict[tuple[str, str], SyncRow] = {}
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        streams = cluster.replication(leader)
+        if standby is None or streams.get(standby) != ("streaming", "sync"):
+            raise RuntimeError(
+                f"no synchronous standby streaming from {leader}: {streams}\n{cluster.status()}"
+            )
+        admin.execute("CREATE SCHEMA IF NOT EXISTS tenure_bench")
+        admin.execute(JOBS_DDL)  # the peers' clean-up truncates it
+        print(f"    cluster: {durability(admin)}")
+        print(
+            f"    primary {leader}, synchronous standby {standby} (streaming, sync), up in "
+            f"{cluster.startup_seconds:.1f} s; a single-row commit takes {commit_latency(admin):.2f} ms "
+            f"(median of {COMMIT_PROBES})",
+            flush=True,
+        )
+
+        def measure(family: str, run: Callable[[], Row], round_: int) -> None:
+            with ProgressSampler(conninfo, family) as sampler:
+                row = run()
+            if sampler.error is not None:
+                raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
+            jobs_per_run = jobs_per_commit(sampler.samples, jobs)
+            key = (row.system, row.config)
+            if key in rows:
+                old = rows[key]
+                rows[key] = SyncRow(
+                    Row(row.system, row.config, old.row.runs + row.runs), (*old.per_commit, jobs_per_run)
+                )
+            else:
+                rows[key] = SyncRow(row, (jobs_per_run,))
+            drained: Drained = row.runs[0]
+            print(
+                f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
+                f"{drained.rate:8.0f} /s   {per_commit(jobs_per_run):>6} jobs/commit   "
+                f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
+                f"workers {us_per_job(drained.workers_us)}",
+                flush=True,
+            )
+
+        for round_ in range(1, repeat + 1):
+            for batch in batches:
+                pgqueuer = functools.partial(
+                    peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
+                    option=("batch", batch), jobs=jobs, workdir=workdir,
+                )  # fmt: skip
+                measure("pgqueuer", pgqueuer, round_)
+            for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
+                tenure = functools.partial(
+                    tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
+                    jobs=jobs, workdir=workdir, asynchronous=asynchronous,
+                )  # fmt: skip
+                measure("tenure", tenure, round_)
+    merged = list(rows.values())
+    medians = "; medians of the rounds" if repeat > 1 else ""
+    print(
+        "  on the synchronous standby (ratios to pgqueuer's best on the same cluster; jobs/commit: jobs "
+        f"finished per writing transaction in the 10%-90% window{medians}):"
+    )
+    for line in table(merged):
+        print(line)
+    for line in headline(merged):
+        print(line)
+    print(f"    (peers from {python}; {sys.executable} ran tenure; cluster logs: {workdir}/sync-*.log)")
+    return merged
