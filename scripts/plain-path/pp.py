@@ -25,8 +25,10 @@ from pathlib import Path
 
 import psycopg
 
-DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-speed28-base/python"),
-       "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-speed28/python")}
+from ppcommon import conninfo, fill
+
+DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-plain28-base/python"),
+       "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-plain28/python")}
 PY = "/work/main/.venv/bin/python"
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 OWNER = "md5(:client_id::text)::uuid"
@@ -46,7 +48,7 @@ SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'epoch', epoch, 'outcome'
 WORK = Path(tempfile.mkdtemp(prefix="speed28-pp-"))
 
 
-POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/speed28pg/data"), "postmaster.pid").read_text().split()[0])
+POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/plain28pg/data"), "postmaster.pid").read_text().split()[0])
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -64,24 +66,6 @@ def server_cpu() -> float:
             continue
         total += int(g[11]) + int(g[12])
     return total / TICK
-
-
-def conninfo(db: str) -> str:
-    return f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname={db}"
-
-
-def fill(db: str, backlog: int) -> None:
-    with psycopg.connect(conninfo(db), autocommit=True) as c:
-        c.execute("TRUNCATE tenure.task, tenure.task_lease_log CASCADE")
-        c.execute(
-            "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action) "
-            "SELECT 'bench', 'new', now(), now(), now(), now() - g * interval '1 ms' "
-            "FROM generate_series(%s, 1, -1) g",
-            (backlog,),
-        )
-        c.execute("VACUUM ANALYZE tenure.task")
-        c.execute("VACUUM ANALYZE tenure.task_lease_log")
-        c.execute("CHECKPOINT")
 
 
 def count_done(db: str, since: object = None, until: object = None) -> int:
