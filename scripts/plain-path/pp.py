@@ -29,6 +29,8 @@ from ppcommon import conninfo, fill
 
 DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-plain28-base/python"),
        "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-plain28/python")}
+# The databases measured as base and new (PP_BASE_DB, PP_NEW_DB: to compare two other deployments).
+DB_NAMES = {"base": os.environ.get("PP_BASE_DB", "base"), "new": os.environ.get("PP_NEW_DB", "new")}
 PY = "/work/main/.venv/bin/python"
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 OWNER = "md5(:client_id::text)::uuid"
@@ -89,7 +91,7 @@ def pgbench(db: str, script: str, seconds: int) -> float:
 
 def workers(db: str, seconds: int) -> float:
     env = dict(os.environ, PYTHONPATH=DBS[db])
-    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(db), "--concurrency", "16", "--lease", "30",
+    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(DB_NAMES[db]), "--concurrency", "16", "--lease", "30",
            "--poll-interval", "0.05", "--module", "tenure.bench.app"]
     procs = []
     for n in range(2):
@@ -103,7 +105,7 @@ def workers(db: str, seconds: int) -> float:
                     raise RuntimeError(lp.read_text())
                 time.sleep(0.05)
         time.sleep(1.0)
-        with psycopg.connect(conninfo(db), autocommit=True) as c:
+        with psycopg.connect(conninfo(DB_NAMES[db]), autocommit=True) as c:
             start = c.execute("SELECT now()").fetchone()[0]
         time.sleep(seconds)
     finally:
@@ -116,10 +118,11 @@ def workers(db: str, seconds: int) -> float:
                 p.kill()
                 p.wait()
     import datetime
-    return count_done(db, start, start + datetime.timedelta(seconds=seconds)) / seconds
+    return count_done(DB_NAMES[db], start, start + datetime.timedelta(seconds=seconds)) / seconds
 
 
-def measure(db: str, how: str, seconds: int, backlog: int) -> tuple[float, float]:
+def measure(label: str, how: str, seconds: int, backlog: int) -> tuple[float, float]:
+    db = DB_NAMES[label]
     fill(db, backlog)
     time.sleep(0.5)  # the fill's backend exits first
     cpu0 = server_cpu()
@@ -129,7 +132,7 @@ def measure(db: str, how: str, seconds: int, backlog: int) -> tuple[float, float
     elif how == "acquire":
         rate = pgbench(db, CLAIM, seconds)
     else:
-        rate = workers(db, seconds)
+        rate = workers(label, seconds)
     time.sleep(0.3)  # the backends exit, their CPU time lands in the postmaster's
     cpu = server_cpu() - cpu0
     with psycopg.connect(conninfo(db), autocommit=True) as c:
