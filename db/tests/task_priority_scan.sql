@@ -2,8 +2,9 @@
 -- highest priority first, then the oldest due, exactly as one ORDER BY priority DESC,
 -- next_action over the due tasks would pick them, whatever the mix of priorities, leased
 -- tasks, leases run out and tasks due later. (_task_take scans the top priority, then walks
--- the lower priorities one by one, so that tasks due later are never read; this checks it leaves none out and takes none
--- too early.) Each acquisition is rolled back, so all of them see the same tasks.
+-- the lower priorities one by one, so that tasks due later are never read; this checks it
+-- leaves none out and takes none too early.) Each acquisition is rolled back, so all of
+-- them see the same tasks.
 BEGIN;
 SELECT plan(48);
 
