@@ -532,45 +532,66 @@ BEGIN
         IF v_controlled IS NOT NULL THEN
             SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
               FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
-        -- Priority by priority, highest first (each found by one probe of the index),
-        -- the due tasks of that priority by a range scan of the index that stops at the
-        -- first one not due yet. One scan ordered by (priority DESC, next_action) would
-        -- instead read every pending task (leased, or due later) whenever fewer than
-        -- v_wanted are due: the index cannot skip to the next priority by itself.
+        -- The highest priority first, by one range scan of the index that stops at the
+        -- first task not due yet (the priority found by one probe): with as many due there
+        -- as wanted (one priority and a backlog, the common case) that is the only
+        -- statement. Then, when fewer were due there, priority by priority (each found by
+        -- one probe), highest first, the same way. One scan ordered by (priority DESC,
+        -- next_action) would instead read every pending task (leased, or due later)
+        -- whenever fewer than v_wanted are due: the index cannot skip to the next
+        -- priority by itself.
         ELSIF p_kinds IS NULL THEN
             v_ids := ARRAY(
-                WITH RECURSIVE level (priority) AS (
-                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending'
-                      ORDER BY t.priority DESC LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT t.priority FROM tenure.task t
-                             WHERE t.status = 'pending' AND t.priority < level.priority
-                             ORDER BY t.priority DESC LIMIT 1)
-                      FROM level WHERE level.priority IS NOT NULL
-                )
-                SELECT x.id FROM level CROSS JOIN LATERAL (
-                    SELECT t.id FROM tenure.task t
-                     WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
-                       AND (t.owner IS NULL OR t.next_action < v_now)
-                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                LIMIT v_wanted);
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                   AND t.priority = (SELECT p.priority FROM tenure.task p WHERE p.status = 'pending'
+                                      ORDER BY p.priority DESC LIMIT 1)
+                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+            IF cardinality(v_ids) < v_wanted THEN
+                v_ids := v_ids || ARRAY(
+                    WITH RECURSIVE level (priority) AS (
+                        (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending'
+                          ORDER BY t.priority DESC LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT t.priority FROM tenure.task t
+                                 WHERE t.status = 'pending' AND t.priority < level.priority
+                                 ORDER BY t.priority DESC LIMIT 1)
+                          FROM level WHERE level.priority IS NOT NULL
+                    )
+                    SELECT x.id FROM level CROSS JOIN LATERAL (
+                        SELECT t.id FROM tenure.task t
+                         WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
+                           AND (t.owner IS NULL OR t.next_action < v_now) AND t.id <> ALL (v_ids)
+                         ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                    LIMIT v_wanted - cardinality(v_ids));
+            END IF;
         ELSIF cardinality(p_kinds) = 1 THEN
             v_ids := ARRAY(
-                WITH RECURSIVE level (priority) AS (
-                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = p_kinds[1]
-                      ORDER BY t.priority DESC LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT t.priority FROM tenure.task t
-                             WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority < level.priority
-                             ORDER BY t.priority DESC LIMIT 1)
-                      FROM level WHERE level.priority IS NOT NULL
-                )
-                SELECT x.id FROM level CROSS JOIN LATERAL (
-                    SELECT t.id FROM tenure.task t
-                     WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
-                       AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
-                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                LIMIT v_wanted);
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.kind = p_kinds[1]
+                   AND t.priority = (SELECT p.priority FROM tenure.task p WHERE p.status = 'pending' AND p.kind = p_kinds[1]
+                                      ORDER BY p.priority DESC LIMIT 1)
+                   AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+            IF cardinality(v_ids) < v_wanted THEN
+                v_ids := v_ids || ARRAY(
+                    WITH RECURSIVE level (priority) AS (
+                        (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = p_kinds[1]
+                          ORDER BY t.priority DESC LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT t.priority FROM tenure.task t
+                                 WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority < level.priority
+                                 ORDER BY t.priority DESC LIMIT 1)
+                          FROM level WHERE level.priority IS NOT NULL
+                    )
+                    SELECT x.id FROM level CROSS JOIN LATERAL (
+                        SELECT t.id FROM tenure.task t
+                         WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
+                           AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                           AND t.id <> ALL (v_ids)
+                         ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                    LIMIT v_wanted - cardinality(v_ids));
+            END IF;
         ELSE
             -- The next priority: the highest below the last among the kinds, one probe each.
             v_ids := ARRAY(

@@ -1,11 +1,12 @@
 -- The due tasks an acquisition leases, for any kind, one kind and several kinds: the
 -- highest priority first, then the oldest due, exactly as one ORDER BY priority DESC,
 -- next_action over the due tasks would pick them, whatever the mix of priorities, leased
--- tasks, leases run out and tasks due later. (_task_take walks the priorities one by one,
--- so that tasks due later are never read; this checks it leaves none out and takes none
--- too early.) Each acquisition is rolled back, so all of them see the same tasks.
+-- tasks, leases run out and tasks due later. (_task_take scans the top priority, then walks
+-- the lower priorities one by one, so that tasks due later are never read; this checks it
+-- leaves none out and takes none too early.) Each acquisition is rolled back, so all of
+-- them see the same tasks.
 BEGIN;
-SELECT plan(16);
+SELECT plan(48);
 
 -- 600 tasks of kinds a, b, c at priorities -2 .. 7, each with its own next_action within an
 -- hour either side of T = 2001-01-01 12:00; a fifth of them leased, by an owner whose lease
@@ -49,9 +50,14 @@ AS $$
                   ORDER BY t.priority DESC, t.next_action LIMIT p_limit)
 $$;
 
-SELECT is(pg_temp.taken(kinds, n, '2001-01-01 12:00+00'), pg_temp.expected(kinds, n, '2001-01-01 12:00+00'),
-          format('kinds %s, up to %s: the due tasks by priority, then oldest due', coalesce(kinds::text, 'any'), n))
-  FROM (VALUES (NULL::text[]), (ARRAY['a']), (ARRAY['b', 'c']), (ARRAY['c', 'x'])) k (kinds)
+-- At 12:00 no task of the top priority is due (the walk below it does all); at 13:00 every
+-- task is due (the top priority's scan takes its tasks, up to 150 the walk the rest:
+-- leaving out those the scan took; breaking that fails tests 11 and 23); 12:30 between.
+SELECT is(pg_temp.taken(kinds, n, at), pg_temp.expected(kinds, n, at),
+          format('at %s, kinds %s, up to %s: the due tasks by priority, then oldest due', at,
+                 coalesce(kinds::text, 'any'), n))
+  FROM (VALUES ('2001-01-01 12:00+00'), ('2001-01-01 12:30+00'), ('2001-01-01 13:00+00')) a (at)
+ CROSS JOIN (VALUES (NULL::text[]), (ARRAY['a']), (ARRAY['b', 'c']), (ARRAY['c', 'x'])) k (kinds)
  CROSS JOIN (VALUES (1), (7), (150), (1000)) l (n);
 
 SELECT finish();

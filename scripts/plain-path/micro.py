@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psycopg
 
+from ppcommon import conninfo, fill
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 CYCLE = """
@@ -42,31 +44,13 @@ BEGIN
 END $$"""
 
 
-def conninfo(db: str) -> str:
-    return f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname={db}"
-
-
-def fill(c: psycopg.Connection, backlog: int) -> None:
-    c.execute("TRUNCATE tenure.task, tenure.task_lease_log CASCADE")
-    c.execute(
-        "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action) "
-        "SELECT 'bench', 'new', now(), now(), now(), now() - g * interval '1 ms' "
-        "FROM generate_series(%s, 1, -1) g",
-        (backlog,),
-    )
-    c.execute("VACUUM ANALYZE tenure.task")
-    c.execute("VACUUM ANALYZE tenure.task_lease_log")
-    c.execute("CHECKPOINT")
-
-
 def cpu(pid: int) -> float:
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
 
 
 def run(db: str, how: str, calls: int, backlog: int) -> tuple[float, float]:
-    with psycopg.connect(conninfo(db), autocommit=True) as c:
-        fill(c, backlog)
+    fill(db, backlog)
     with psycopg.connect(conninfo(db), autocommit=True) as c:
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
         # warm the caches (plans, catalog) with a few calls first

@@ -25,8 +25,12 @@ from pathlib import Path
 
 import psycopg
 
-DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-speed28-base/python"),
-       "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-speed28/python")}
+from ppcommon import conninfo, fill
+
+DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-plain28-base/python"),
+       "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-plain28/python")}
+# The databases measured as base and new (PP_BASE_DB, PP_NEW_DB: to compare two other deployments).
+DB_NAMES = {"base": os.environ.get("PP_BASE_DB", "base"), "new": os.environ.get("PP_NEW_DB", "new")}
 PY = "/work/main/.venv/bin/python"
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 OWNER = "md5(:client_id::text)::uuid"
@@ -46,7 +50,7 @@ SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'epoch', epoch, 'outcome'
 WORK = Path(tempfile.mkdtemp(prefix="speed28-pp-"))
 
 
-POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/speed28pg/data"), "postmaster.pid").read_text().split()[0])
+POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/plain28pg/data"), "postmaster.pid").read_text().split()[0])
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -64,24 +68,6 @@ def server_cpu() -> float:
             continue
         total += int(g[11]) + int(g[12])
     return total / TICK
-
-
-def conninfo(db: str) -> str:
-    return f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname={db}"
-
-
-def fill(db: str, backlog: int) -> None:
-    with psycopg.connect(conninfo(db), autocommit=True) as c:
-        c.execute("TRUNCATE tenure.task, tenure.task_lease_log CASCADE")
-        c.execute(
-            "INSERT INTO tenure.task (kind, state, created_at, last_change, last_action, next_action) "
-            "SELECT 'bench', 'new', now(), now(), now(), now() - g * interval '1 ms' "
-            "FROM generate_series(%s, 1, -1) g",
-            (backlog,),
-        )
-        c.execute("VACUUM ANALYZE tenure.task")
-        c.execute("VACUUM ANALYZE tenure.task_lease_log")
-        c.execute("CHECKPOINT")
 
 
 def count_done(db: str, since: object = None, until: object = None) -> int:
@@ -105,7 +91,7 @@ def pgbench(db: str, script: str, seconds: int) -> float:
 
 def workers(db: str, seconds: int) -> float:
     env = dict(os.environ, PYTHONPATH=DBS[db])
-    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(db), "--concurrency", "16", "--lease", "30",
+    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(DB_NAMES[db]), "--concurrency", "16", "--lease", "30",
            "--poll-interval", "0.05", "--module", "tenure.bench.app"]
     procs = []
     for n in range(2):
@@ -119,7 +105,7 @@ def workers(db: str, seconds: int) -> float:
                     raise RuntimeError(lp.read_text())
                 time.sleep(0.05)
         time.sleep(1.0)
-        with psycopg.connect(conninfo(db), autocommit=True) as c:
+        with psycopg.connect(conninfo(DB_NAMES[db]), autocommit=True) as c:
             start = c.execute("SELECT now()").fetchone()[0]
         time.sleep(seconds)
     finally:
@@ -132,10 +118,11 @@ def workers(db: str, seconds: int) -> float:
                 p.kill()
                 p.wait()
     import datetime
-    return count_done(db, start, start + datetime.timedelta(seconds=seconds)) / seconds
+    return count_done(DB_NAMES[db], start, start + datetime.timedelta(seconds=seconds)) / seconds
 
 
-def measure(db: str, how: str, seconds: int, backlog: int) -> tuple[float, float]:
+def measure(label: str, how: str, seconds: int, backlog: int) -> tuple[float, float]:
+    db = DB_NAMES[label]
     fill(db, backlog)
     time.sleep(0.5)  # the fill's backend exits first
     cpu0 = server_cpu()
@@ -145,7 +132,7 @@ def measure(db: str, how: str, seconds: int, backlog: int) -> tuple[float, float
     elif how == "acquire":
         rate = pgbench(db, CLAIM, seconds)
     else:
-        rate = workers(db, seconds)
+        rate = workers(label, seconds)
     time.sleep(0.3)  # the backends exit, their CPU time lands in the postmaster's
     cpu = server_cpu() - cpu0
     with psycopg.connect(conninfo(db), autocommit=True) as c:
