@@ -28,6 +28,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
+from tenure.bench.peers import default_peers_python
 from tenure.testing import patroni, procs
 from tenure.testing.aio import FLAVOURS, Flavour
 from tenure.testing.aio import flavour as make_flavour
@@ -113,6 +114,18 @@ def _require(*programs: str, path: str | None = None, files: tuple[Path, ...] = 
     if procs.under_ci():
         pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def peers_python() -> str:
+    """The interpreter of the bench's peers (.venv-peers); skip (fail under CI) without it."""
+    python = default_peers_python()
+    if not Path(python).exists():
+        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
+        if procs.under_ci():
+            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
+        pytest.skip(message)
+    return python
 
 
 @pytest.fixture(scope="session")

@@ -26,12 +26,10 @@ from tenure.bench.peers import (
     PGQUEUER_BATCHES,
     Drained,
     Row,
-    default_peers_python,
     rate_between,
 )
 from tenure.bench.soak import UTYPE, SoakLog, verify
 from tenure.bench.sync import jobs_per_commit
-from tenure.testing import procs
 
 SMALL = [
     "--seconds", "1", "--clients", "2", "--kills", "2",
@@ -158,16 +156,13 @@ def test_jobs_per_commit_counts_the_transaction_ids_of_the_steady_window() -> No
 
 
 @pytest.mark.timeout(600)
-def test_peers_section_drains_with_every_system_then_latency(admin_conninfo: str, tmp_path: Path) -> None:
+def test_peers_section_drains_with_every_system_then_latency(
+    admin_conninfo: str, tmp_path: Path, peers_python: str
+) -> None:
     """The peers drain; then the latency section runs the best of them with paced single
     enqueues (at a fixed 100 jobs/s for 1 s here: the figures are make bench's, only their
     sense is checked)."""
-    python = default_peers_python()
-    if not Path(python).exists():
-        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
-        if procs.under_ci():
-            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
-        pytest.skip(message)
+    python = peers_python
     result = subprocess.run(
         [
             *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers,latency"),
@@ -264,21 +259,13 @@ def test_only_the_peer_runner_imports_the_peers_and_it_imports_no_tenure() -> No
                 assert not roots & peers, f"{path}: {ast.unparse(node)}"
 
 
-def peers_python_or_skip() -> str:
-    python = default_peers_python()
-    if not Path(python).exists():
-        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
-        if procs.under_ci():
-            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
-        pytest.skip(message)
-    return python
-
-
-def test_a_peer_worker_dies_with_the_bench_that_started_it(admin_conninfo: str, tmp_path: Path) -> None:
+def test_a_peer_worker_dies_with_the_bench_that_started_it(
+    admin_conninfo: str, tmp_path: Path, peers_python: str
+) -> None:
     """A bench killed mid-run left its pgqueuer workers running. Here a stand-in for the bench
     starts one, ready and waiting for its word on a pipe this test holds open (so no EOF ends
     it), and is SIGKILLed: the worker must be gone soon after."""
-    python = peers_python_or_skip()
+    python = peers_python
     runner = Path(__file__).resolve().parents[1] / "tenure" / "bench" / "peer_runner.py"
     word, hold = os.pipe()
     log = tmp_path / "worker.log"

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from conftest import harness_logs
 
-from tenure.bench.peers import default_peers_python
 from tenure.bench.sync import sync_bench
 from tenure.testing import procs
 from tenure.testing.patroni import PatroniCluster
@@ -81,18 +80,13 @@ def test_deploy_tenure_into_the_leader(cluster: PatroniCluster) -> None:
 
 @pytest.mark.timeout(120)
 def test_bench_sync_section_prints_its_rows(
-    cluster: PatroniCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: PatroniCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], peers_python: str
 ) -> None:
     """``tenure bench --sections sync`` at a tiny size, on this module's cluster (the section
     starts its own, durable, two-node one in make bench): pgqueuer and tenure drain on the
     primary, and the table shows each row's ratio to pgqueuer's best. About 16 s at a load
     of 6 on 2 cores (deploying tenure again would add 13)."""
-    python = default_peers_python()
-    if not Path(python).exists():
-        message = f"no peers' interpreter at {python}: run scripts/install-peers.sh (make test does)"
-        if procs.under_ci():
-            pytest.fail(f"{message} (CI is set: a missing install fails the tests)")
-        pytest.skip(message)
+    python = peers_python
     began = time.monotonic()
     rows = sync_bench(
         jobs=200, python=python, workdir=tmp_path, batches=[100], tenure_configs=[(1, 32)],

@@ -424,20 +424,7 @@ async def produce_tenure(args: argparse.Namespace) -> None:
             assert row is not None
             return float(row[0])
 
-        offset = await pacing.server_offset(now)
-        await pacing.warm(senders, due=await now())
-        start = await pacing.ready_then_start()
-        records = await pacing.pace(
-            senders,
-            offset=offset,
-            rate=args.rate,
-            start=start,
-            seconds=args.seconds,
-            grace=args.grace,
-            share=args.share,
-            shares=args.shares,
-        )
-        pacing.write(Path(args.out), records)
+        await pacing.run(senders, now, args)
     finally:
         for connection in connections:
             await connection.close()

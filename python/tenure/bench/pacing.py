@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 # Enqueue one job carrying its due moment (server epoch seconds); return the job's id as text.
 Enqueue = Callable[..., Awaitable[str]]
@@ -100,6 +101,27 @@ async def pace(
 
     await asyncio.gather(*(send(enqueue) for enqueue in senders))
     return records
+
+
+async def run(senders: Sequence[Enqueue], now: Callable[[], Awaitable[float]], args: Any) -> None:
+    """A pacing process's whole run, once its ``senders`` are connected: the server's clock
+    found (``now`` reads it), every sender warmed, the start awaited, the schedule paced
+    (``args``: rate, seconds, grace, share, shares, out, as both pacers parse them) and the
+    records written to ``args.out``."""
+    offset = await server_offset(now)
+    await warm(senders, due=await now())
+    start = await ready_then_start()
+    records = await pace(
+        senders,
+        offset=offset,
+        rate=args.rate,
+        start=start,
+        seconds=args.seconds,
+        grace=args.grace,
+        share=args.share,
+        shares=args.shares,
+    )
+    write(Path(args.out), records)
 
 
 def write(path: Path, records: list[tuple[str, float, float, float]]) -> None:

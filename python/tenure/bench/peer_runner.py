@@ -37,7 +37,6 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 ENTRYPOINT = "bench"  # the one job kind both peers run, a no-op
@@ -157,20 +156,7 @@ async def pgqueuer_pace(conninfo: str, driver: str, queries: Any, args: argparse
             rows = await queries.driver.fetch("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
             return float(rows[0]["now"])
 
-        offset = await pacing.server_offset(now)
-        await pacing.warm(senders, due=await now())
-        start = await pacing.ready_then_start()
-        records = await pacing.pace(
-            senders,
-            offset=offset,
-            rate=args.rate,
-            start=start,
-            seconds=args.seconds,
-            grace=args.grace,
-            share=args.share,
-            shares=args.shares,
-        )
-        pacing.write(Path(args.out), records)
+        await pacing.run(senders, now, args)
     finally:
         for close in closers:
             await close()
