@@ -40,7 +40,7 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.bench.common import Repeated, interleaved
+from tenure.bench.common import Repeated, interleaved, ratio_spread
 from tenure.driver import BatchGrant, Driver
 from tenure.runtime.batches import SubmissionPool
 from tenure.testing import plots
@@ -313,7 +313,8 @@ def queue_bench(
             startup = Repeated(tuple(run.startup for run in measured[label])).median
             print(
                 f"    {count:>5}  {label:<26} {measured[label][-1].batches:>8,}  {rates.median:>8,.0f} /s  "
-                f"{rates.median / base:5.2f}  {startup:6.2f} s   {rates.describe() if repeat > 1 else ''}",
+                f"{rates.median / base:5.2f}  {startup:6.2f} s   {rates.describe() if repeat > 1 else ''}"
+                f"{ratio_spread(rates.values, tuple(run.rate for run in measured[labels[0][0]]))}",
                 flush=True,
             )
 

@@ -21,6 +21,7 @@ from tenure.bench.common import (
     interleaved,
     pgbench_run,
     rates,
+    ratio_spread,
     scalar,
     startup,
     table_state,
@@ -233,7 +234,10 @@ def claim_costs(
             statements = " + ".join(f"{ms:.2f}" for ms in last.statement_ms)
             latency = Repeated(tuple(run.latency_ms for run in done)).median
             ratio = rate.median / base if base else float("nan")
-            spread = f"  {rate.describe()}" if repeat > 1 else ""
+            spread = ""
+            if repeat > 1:
+                reference = rates([run.rate for run in measured["baseline UPDATE"]]).values
+                spread = f"  {rate.describe()}{ratio_spread(rate.values, reference)}"
             lines.append(
                 f"    {count:7,d}  {share:5,d}  {label:15s}  {rate.median:8.0f}"
                 f"  {rate.median * per_cycle:12,.0f}/s  {latency:10.2f} ms  {ratio:5.2f}  {last.hot}"

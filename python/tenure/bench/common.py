@@ -264,12 +264,31 @@ def startup(runs: Sequence[Rate]) -> str:
     return f"{Repeated(known).median:.2f} s" if known else "-"
 
 
-def rate_line(label: str, runs: Sequence[Rate], baseline: float, *, width: int) -> str:
-    """A throughput row: ``label``, the median rate, its ratio to ``baseline``, the median
-    start-up and, with more than one run, the runs' min-max and spread (MOVED past the limit)."""
-    rate = rates(runs)
+def round_ratios(runs: Sequence[float], reference: Sequence[float]) -> Repeated:
+    """A row's ratio to its reference row within each round (a slow spell of the machine
+    slows both), over the rounds."""
+    return Repeated(
+        tuple(run / ref if ref else float("nan") for run, ref in zip(runs, reference, strict=True))
+    )
+
+
+def ratio_spread(runs: Sequence[float], reference: Sequence[float]) -> str:
+    """``"; ratio per round 0.45-0.52, spread 14%"`` for a row with more than one run and a
+    reference other than itself, else ``""``."""
+    if len(runs) < 2 or list(runs) == list(reference):
+        return ""
+    return f"; ratio per round {round_ratios(runs, reference).describe('{:.2f}')}"
+
+
+def rate_line(label: str, runs: Sequence[Rate], reference: Sequence[Rate], *, width: int) -> str:
+    """A throughput row: ``label``, the median rate, its ratio to the median of ``reference``
+    (the baseline row's runs), the median start-up and, with more than one run, the runs'
+    min-max and spread (MOVED past the limit) and the spread of the ratio within each round."""
+    rate, baseline = rates(runs), rates(reference).median
     ratio = rate.median / baseline if baseline else float("nan")
-    spread = f"   runs {rate.describe()}" if len(runs) > 1 else ""
+    spread = ""
+    if len(runs) > 1:
+        spread = f"   runs {rate.describe()}{ratio_spread(rate.values, rates(reference).values)}"
     return f"{label:<{width}} {rate.median:10,.0f} /s   {ratio:5.2f}   start-up {startup(runs)}{spread}"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.bench.common import interleaved, percentile, pgbench_rate, rate_line, rates
+from tenure.bench.common import interleaved, percentile, pgbench_rate, rate_line
 from tenure.driver import Driver
 from tenure.testing.database import server_now, setup
 from tenure.testing.heartbeat import ServiceProcess, wait_for_primary
@@ -90,7 +90,7 @@ def heartbeat_throughput(
         f"  heartbeat renewals per second, {clients} pgbench clients, {seconds:.0f} s a run (the first "
         f"second apart, as the start-up){f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
-    baseline = rates(runs[next(iter(rows))]).median
+    baseline = runs[next(iter(rows))]
     for label, measured in runs.items():
         print(f"  {rate_line(label, measured, baseline, width=44)}", flush=True)
 

@@ -31,6 +31,8 @@ from tenure.bench.common import (
     pgbench_run,
     rate_line,
     rates,
+    ratio_spread,
+    round_ratios,
     scalar,
     startup,
     stop_processes,
@@ -331,6 +333,12 @@ def task_throughput(
         if repeat > 1:
             spreads = "; ".join(f"{how} {rates(runs[count, how]).describe()}" for how in CLAIM_RUNS)
             print(f"              runs: {spreads}")
+            bare_runs = rates(runs[count, "bare"]).values
+            per_round = "; ".join(
+                f"{how} {round_ratios(rates(runs[count, how]).values, bare_runs).describe('{:.2f}')}"
+                for how in list(CLAIM_RUNS)[1:]
+            )
+            print(f"              ratio to bare per round: {per_round}")
 
 
 PRIORITIES = 10  # the priorities row: each task at a priority drawn from 0 .. 9
@@ -407,7 +415,14 @@ def control_costs(
             flush=True,
         )
         if repeat > 1:
-            spreads = "; ".join(f"{how} {rates([rate for rate, _ in rows[how]]).describe()}" for how in hows)
+            spreads = "; ".join(
+                f"{how} {rates([rate for rate, _ in rows[how]]).describe()}"
+                + ratio_spread(
+                    rates([rate for rate, _ in rows[how]]).values,
+                    rates([rate for rate, _ in measured[(*runs[0], how)]]).values,
+                )
+                for how in hows
+            )
             print(f"      runs: {spreads}")
     clean(admin)
 
@@ -506,7 +521,7 @@ def shim_throughput(
     measured = interleaved(
         list(handlers), measure, repeat=repeat, show=lambda label, run: f"{label} {run.rate:.0f} /s"
     )
-    baseline = rates(measured[runs[0][0]]).median  # the Python worker's rate
+    baseline = measured[runs[0][0]]  # the Python worker's runs
     for label, _ in runs:
         print(f"    {rate_line(label, measured[label], baseline, width=56)}", flush=True)
 
@@ -550,7 +565,7 @@ def enqueue_rates(
     measured = interleaved(
         list(scripts), measure, repeat=repeat, show=lambda label, run: f"{label} {run.rate:,.0f} /s"
     )
-    baseline = rates(measured[runs[0][0]]).median
+    baseline = measured[runs[0][0]]
     for label, rows in measured.items():
         print(f"    {rate_line(label, rows, baseline, width=52)}", flush=True)
 
@@ -685,4 +700,7 @@ def wake_latency(
             flush=True,
         )
         if repeat > 1:
-            print(f"      runs: p50 {p50.describe('{:.1f}', ' ms')}; p99 {p99.describe('{:.1f}', ' ms')}")
+            print(
+                f"      runs: p50 {p50.describe('{:.1f}', ' ms')}; p99 {p99.describe('{:.1f}', ' ms')}"
+                + ("" if "--no-listen" in label else ratio_spread(p50.values, p50s[bare].values))
+            )
