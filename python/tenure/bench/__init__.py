@@ -450,8 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeat",
         type=int,
         default=1,
-        help="runs of each throughput row (heartbeat, tasks, enqueue, claims, queue, peers) and of the "
-        "wake-up latencies, in interleaved rounds; each row shows their median and spread, MOVED past "
+        help="runs of each throughput row (heartbeat, tasks, enqueue, claims, queue, peers, sync) and of "
+        "the wake-up and end-to-end latencies, in interleaved rounds; each row shows their median and "
+        "spread, MOVED past "
         f"{SPREAD_LIMIT * 100:.0f}%% (1; make bench: 3)",
     )
     parser.add_argument(
