@@ -16,8 +16,9 @@
 #             retention soak with tenure maintain (BENCH_ARGS="--sections soak --soak-seconds 600");
 #             the headline on a durable cluster (PostgreSQL's defaults for fsync, synchronous_commit,
 #             full_page_writes, wal_sync_method), then BENCH_ARGS, or else BENCH_FAST_ARGS (tasks, peers),
-#             on a cluster with fsync off, labelled as the view of CPU cost; throughput rows run
-#             BENCH_REPEAT (3) times in interleaved rounds, medians and spreads printed.
+#             on a cluster with fsync off, labelled as the view of CPU cost; every throughput row
+#             and the wake-up latencies run BENCH_REPEAT (3) times in interleaved rounds, medians,
+#             spreads (MOVED past 15%) and start-ups apart printed.
 #             BENCH_DURABILITY=durable (or fast) runs only that cluster. Two hours or more in all
 # Each installs what it needs first (Debian packages as root, Python packages in .venv,
 # the peers of the bench in .venv-peers).

@@ -25,6 +25,7 @@ key in a window is 1 when every key got the same and 1/50 when one key got them 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import threading
@@ -39,7 +40,7 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.bench.common import Repeated
+from tenure.bench.common import Repeated, interleaved, ratio_spread
 from tenure.driver import BatchGrant, Driver
 from tenure.runtime.batches import SubmissionPool
 from tenure.testing import plots
@@ -241,6 +242,10 @@ def flood_plan() -> list[tuple[str, int]]:
     return [("flood", FLOOD_BATCHES)] + [(f"small-{k:02}", SMALL_BATCHES) for k in range(1, FLOOD_KEYS)]
 
 
+def show_run(count: int, label: str, run: Steady) -> str:
+    return f"{count} keys, {label}: {run.rate:,.0f} /s, start-up {run.startup:.2f} s"
+
+
 def queue_bench(
     admin: psycopg.Connection[Any],
     conninfo: str,
@@ -267,48 +272,49 @@ def queue_bench(
         for mode in ("unconstrained", "serial", "parallel")
         for depth in (1, 4)
     ]
+    modes = {label: (mode, depth) for label, mode, depth in labels}
     for count in keys:
-        per_key = {label: max(batches // count, 4) for label, _, _ in labels}
-        measured: dict[str, list[Steady]] = {label: [] for label, _, _ in labels}
-        for round_ in range(1, repeat + 1):
-            for label, mode, depth in labels:
-                while True:
-                    plan = even_plan(count, count * per_key[label])
-                    total = sum(n for _, n in plan)
-                    if mode:
-                        samples, _, began = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)
-                    else:
-                        samples, _, began = naive_run(admin, conninfo, plan=plan)
-                    run = steady(samples, total, began)
-                    short = run.window < min_window and total < MAX_QUEUE_BATCHES
-                    if not (short and round_ == 1):
-                        break
-                    grown = per_key[label] * min_window * 1.25 / max(run.window, 0.05)
-                    per_key[label] = min(max(int(grown) + 1, 2 * per_key[label]), MAX_QUEUE_BATCHES // count)
-                    print(
-                        f"    ({count} keys, {label}: {total:,} batches left a steady window of "
-                        f"{run.window:.1f} s; again with {count * per_key[label]:,})",
-                        flush=True,
-                    )
-                measured[label].append(run)
+        per_key = {label: max(batches // count, 4) for label in modes}
+
+        def measure(label: str, round_: int, count: int = count, per_key: dict[str, int] = per_key) -> Steady:
+            mode, depth = modes[label]
+            while True:
+                plan = even_plan(count, count * per_key[label])
+                total = sum(n for _, n in plan)
+                if mode:
+                    samples, _, began = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)
+                else:
+                    samples, _, began = naive_run(admin, conninfo, plan=plan)
+                run = steady(samples, total, began)
                 curves[f"{count} keys, {label}"] = samples
-                if repeat > 1:
-                    print(
-                        f"    round {round_}, {count} keys, {label}: {run.rate:,.0f} /s, "
-                        f"start-up {run.startup:.2f} s",
-                        flush=True,
-                    )
+                if not (run.window < min_window and total < MAX_QUEUE_BATCHES and round_ == 1):
+                    return run
+                grown = per_key[label] * min_window * 1.25 / max(run.window, 0.05)
+                per_key[label] = min(max(int(grown) + 1, 2 * per_key[label]), MAX_QUEUE_BATCHES // count)
+                print(
+                    f"    ({count} keys, {label}: {total:,} batches left a steady window of "
+                    f"{run.window:.1f} s; again with {count * per_key[label]:,})",
+                    flush=True,
+                )
+
+        measured = interleaved(
+            list(modes),
+            measure,
+            repeat=repeat,
+            show=functools.partial(show_run, count),
+        )
         base = Repeated(tuple(run.rate for run in measured[labels[0][0]])).median
         print(
             f"    {'keys':>5}  {'':<26} {'batches':>8}  {'batches/s':>10}  ratio   start-up   "
             f"{'runs' if repeat > 1 else ''}"
         )
-        for label, _, _ in labels:
+        for label in modes:
             rates = Repeated(tuple(run.rate for run in measured[label]))
             startup = Repeated(tuple(run.startup for run in measured[label])).median
             print(
                 f"    {count:>5}  {label:<26} {measured[label][-1].batches:>8,}  {rates.median:>8,.0f} /s  "
-                f"{rates.median / base:5.2f}  {startup:6.2f} s   {rates.describe() if repeat > 1 else ''}",
+                f"{rates.median / base:5.2f}  {startup:6.2f} s   {rates.describe() if repeat > 1 else ''}"
+                f"{ratio_spread(rates.values, tuple(run.rate for run in measured[labels[0][0]]))}",
                 flush=True,
             )
 

@@ -4,15 +4,28 @@ keyspace, against one UPDATE extending the same rows of a plain table.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from tenure.bench.common import TableState, pgbench_run, scalar, table_state
+from tenure.bench.common import (
+    Rate,
+    Repeated,
+    TableState,
+    interleaved,
+    pgbench_run,
+    rates,
+    ratio_spread,
+    scalar,
+    startup,
+    table_state,
+)
 from tenure.driver import Driver
 from tenure.testing.database import retire_keyspace
 
@@ -118,6 +131,58 @@ def claims_moved(admin: psycopg.Connection[Any]) -> int:
     return int(scalar(admin, "SELECT count(*) FROM tenure.claim_log WHERE keyspace = %s", (CLAIM_KEYSPACE,)))
 
 
+@dataclass(frozen=True)
+class ClaimRun:
+    """One pgbench run of a claims row."""
+
+    rate: Rate  # cycles (or baseline UPDATEs) per second after the run's first second
+    latency_ms: float  # pgbench's latency average, whole run
+    statement_ms: list[float]
+    hot: str  # hot_share over the run
+    pages: str  # heap pages before -> after
+    void: str  # why the figure is void ("" when it is not)
+
+
+def claim_run(
+    admin: psycopg.Connection[Any],
+    conninfo: str,
+    runs: dict[str, tuple[str, str]],
+    label: str,
+    _round: int,
+    *,
+    held: dict[UUID, int],
+    seconds: float,
+    workdir: Path,
+) -> ClaimRun:
+    """One run of the row ``label`` (its table and script in ``runs``), the tables compacted
+    first; void if a key changed hands (the instances no longer hold ``held``)."""
+    table, script = runs[label]
+    for compact in (table, "tenure.claim_instance"):
+        admin.execute(f"VACUUM FULL ANALYZE {compact}")  # compact, whatever ran before
+    admin.execute("CHECKPOINT")
+    granted = claims_moved(admin)
+    start = table_state(admin, table)
+    run = pgbench_run(conninfo, script, clients=len(held), seconds=seconds, workdir=workdir, per_command=True)
+    end = table_state(admin, table)
+    settled = {row.instance_id: row.keys_held for row in Driver(admin).claim_instances(CLAIM_KEYSPACE)}
+    void = ""
+    if claims_moved(admin) != granted or settled != held:
+        void = f"keys changed hands during the run, so the figure is void: {held} -> {settled}"
+        print(f"    ({sum(held.values()):,} keys, {label}: {void})")
+    return ClaimRun(
+        Rate(run.steady_tps, run.startup),
+        run.latency_ms,
+        run.statement_ms,
+        hot_share(start, end),
+        f"{start.pages:,} -> {end.pages:,}",
+        void,
+    )
+
+
+def show_run(count: int, label: str, run: ClaimRun) -> str:
+    return f"{count:,} keys, {label} {run.rate.rate:,.0f} cycles/s"
+
+
 def claim_costs(
     admin: psycopg.Connection[Any],
     conninfo: str,
@@ -126,57 +191,63 @@ def claim_costs(
     instances: int,
     seconds: float,
     workdir: Path,
+    repeat: int = 1,
 ) -> None:
     """Cycles of claim_renew + claim_take by instances that hold their fair share, against one
-    UPDATE extending the same rows of a plain table, both tables compacted before each run."""
+    UPDATE extending the same rows of a plain table, both tables compacted before each run;
+    steady rates (each run's first second apart: after the CHECKPOINT its first writes carry
+    full-page images), ``repeat`` interleaved rounds per key count, medians."""
     header = (
-        f"claims: {instances} instances at their fair share, one pgbench client each, {seconds:.0f} s a run;",
+        f"claims: {instances} instances at their fair share, one pgbench client each, {seconds:.0f} s a run"
+        f"{f', medians of {repeat} interleaved rounds' if repeat > 1 else ''};",
         "a cycle = claim_cycle (one call: extends every claim of the caller; no take at the fair share),",
         "and for reference claim_renew + claim_take in two calls (the take finds no room, or is skipped",
         "while another instance takes); baseline = one UPDATE extending the client's rows of a plain",
         "table (key primary key, index on owner; same keys, owners and row order; no constraint, no",
         "trigger, no foreign key, nothing returned); keys renewed/s = cycles/s x keys / instances;",
         "HOT = updates of the table that were HOT, over the run (issue 14's goals: ratio at least 0.7",
-        "at any key count, HOT above 90% on claim_key); each table compacted (VACUUM FULL) before its run:",
+        "at any key count, HOT above 90% on claim_key); each table compacted (VACUUM FULL) before its run;",
+        "cycles/s after each run's first second, its start-up apart (HOT, ms, pages: the last run):",
     )
     print("\n".join(f"  {'  ' if n else ''}{line}" for n, line in enumerate(header)))
-    print(
-        "       keys  share  run              cycles/s  keys renewed/s  latency/cycle  ratio   HOT"
-        "  ms per statement  heap pages"
-    )
+    runs = {
+        "baseline UPDATE": ("tenure_bench.claims_plain", CLAIMS_PLAIN_SQL),
+        "claim_cycle": ("tenure.claim_key", CLAIM_CYCLE_SQL),
+        "renew, take": ("tenure.claim_key", CLAIM_TWO_CALLS_SQL),
+    }
+    lines: list[str] = []
     for count in keys:
         held = claims_settle(admin, keys=count, instances=instances)
         share = max(held.values())
         admin.execute(CLAIMS_PLAIN_LOAD, {"instances": instances, "keyspace": CLAIM_KEYSPACE})
         per_cycle = count / instances  # keys renewed per cycle, on average over the clients
-        lead = f"    {count:7,d}  {share:5,d}"
-        bare_tps = math.nan
-        runs = (
-            ("baseline UPDATE", "tenure_bench.claims_plain", CLAIMS_PLAIN_SQL),
-            ("claim_cycle", "tenure.claim_key", CLAIM_CYCLE_SQL),
-            ("renew, take", "tenure.claim_key", CLAIM_TWO_CALLS_SQL),
+        measured = interleaved(
+            list(runs),
+            functools.partial(claim_run, admin, conninfo, runs, held=held, seconds=seconds, workdir=workdir),
+            repeat=repeat,
+            show=functools.partial(show_run, count),
         )
-        for label, table, script in runs:
-            for compact in (table, "tenure.claim_instance"):
-                admin.execute(f"VACUUM FULL ANALYZE {compact}")  # compact, whatever ran before
-            admin.execute("CHECKPOINT")
-            granted = claims_moved(admin)
-            start = table_state(admin, table)
-            run = pgbench_run(
-                conninfo, script, clients=instances, seconds=seconds, workdir=workdir, per_command=True
+        base = rates([run.rate for run in measured["baseline UPDATE"]]).median
+        for label, done in measured.items():
+            rate = rates([run.rate for run in done])
+            last = done[-1]
+            statements = " + ".join(f"{ms:.2f}" for ms in last.statement_ms)
+            latency = Repeated(tuple(run.latency_ms for run in done)).median
+            ratio = rate.median / base if base else float("nan")
+            spread = ""
+            if repeat > 1:
+                reference = rates([run.rate for run in measured["baseline UPDATE"]]).values
+                spread = f"  {rate.describe()}{ratio_spread(rate.values, reference)}"
+            lines.append(
+                f"    {count:7,d}  {share:5,d}  {label:15s}  {rate.median:8.0f}"
+                f"  {rate.median * per_cycle:12,.0f}/s  {latency:10.2f} ms  {ratio:5.2f}  {last.hot}"
+                f"  {statements:16s}  {last.pages:<16s}  {startup([run.rate for run in done]):>6s}{spread}"
+                f"{' (void)' if any(run.void for run in done) else ''}"
             )
-            end = table_state(admin, table)
-            instances_now = Driver(admin).claim_instances(CLAIM_KEYSPACE)
-            settled = {row.instance_id: row.keys_held for row in instances_now}
-            if label.startswith("baseline"):
-                bare_tps = run.tps
-            statements = " + ".join(f"{ms:.2f}" for ms in run.statement_ms)
-            print(
-                f"{lead}  {label:15s}  {run.tps:8.0f}  {run.tps * per_cycle:12,.0f}/s"
-                f"  {run.latency_ms:10.2f} ms  {run.tps / bare_tps:5.2f}  {hot_share(start, end)}"
-                f"  {statements:16s}  {start.pages:,} -> {end.pages:,}",
-                flush=True,
-            )
-            if claims_moved(admin) != granted or settled != held:
-                print(f"    (keys changed hands during the run, so the figure is void: {held} -> {settled})")
+    print(
+        "       keys  share  run              cycles/s  keys renewed/s  latency/cycle  ratio   HOT"
+        f"  ms per statement  heap pages        start-up{'  runs' if repeat > 1 else ''}"
+    )
+    for line in lines:
+        print(line, flush=True)
     claims_clean(admin)

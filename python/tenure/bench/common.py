@@ -1,4 +1,6 @@
-"""What the bench's sections share: pgbench runs, percentiles, table sizes."""
+"""What the bench's sections share: pgbench runs, percentiles, table sizes, and repeated
+steady-state rows (:func:`interleaved` rounds of :class:`Rate` runs, summed up by
+:class:`Repeated`)."""
 
 from __future__ import annotations
 
@@ -7,19 +9,39 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 
 @dataclass(frozen=True)
 class PgbenchResult:
-    tps: float  # scripts run per second, without the connection time
+    tps: float  # scripts run per second, without the connection time, over the whole run
     latency_ms: float  # pgbench's latency average: one script, all its statements
     statement_ms: list[float]  # the average of each statement, with per_command only
+    steady_tps: float  # scripts per second after the first second (steady_tps below)
+    startup: float | None  # seconds the first second lost against the steady rate; None: too short a run
+
+
+PROGRESS = re.compile(r"^progress: ([0-9.]+) s, ([0-9.]+) tps", re.MULTILINE)
+
+
+def steady_tps(progress: str, tps: float) -> tuple[float, float | None]:
+    """The steady rate and the start-up of a pgbench run, from its ``--progress 1`` reports.
+    The first second is the start-up (each backend's first statements, plans and catalog
+    caches; after a CHECKPOINT, the full-page images of the first writes) and is left out:
+    the rate is the mean of the later seconds' reports. The start-up is reported apart, as
+    the time the first second lost: its length less the time its scripts take at the steady
+    rate. A run with fewer than two reports gives its whole rate (``tps``) and no start-up."""
+    reports = [(float(at), float(rate)) for at, rate in PROGRESS.findall(progress)]
+    if len(reports) < 2:
+        return tps, None
+    (first_at, first), later = reports[0], reports[1:]
+    steady = sum(rate for _, rate in later) / len(later)
+    return steady, (first_at * (1 - first / steady) if steady else None)
 
 
 def pgbench_run(
@@ -45,6 +67,8 @@ def pgbench_run(
         str(min(clients, os.cpu_count() or 1)),
         "--time",
         str(max(1, round(seconds))),
+        "--progress",
+        "1",
         "--file",
         str(path),
     ]
@@ -61,20 +85,33 @@ def pgbench_run(
         raise RuntimeError(f"pgbench printed no tps or latency:\n{result.stdout}\n{result.stderr}")
     _, _, per_statement = result.stdout.partition("statement latencies in milliseconds")
     statement_ms = [float(m) for m in re.findall(r"^\s+([0-9.]+)\s", per_statement, re.MULTILINE)]
-    return PgbenchResult(float(tps.group(1)), float(latency.group(1)), statement_ms)
+    steady, startup = steady_tps(result.stderr, float(tps.group(1)))
+    return PgbenchResult(float(tps.group(1)), float(latency.group(1)), statement_ms, steady, startup)
 
 
-def pgbench_tps(
+@dataclass(frozen=True)
+class Rate:
+    """One run of a throughput row: its steady rate and, apart from it, the seconds its
+    start-up lost against that rate (None where the run cannot tell)."""
+
+    rate: float
+    startup: float | None = None
+
+
+def pgbench_rate(
     conninfo: str,
     script: str,
     *,
     clients: int,
     seconds: float,
     workdir: Path,
+    per_script: float = 1.0,
     defines: dict[str, str] | None = None,
-) -> float:
+) -> Rate:
+    """pgbench's steady rate running ``script`` (each run of the script counting
+    ``per_script``: tasks per call, say), its first second apart as the start-up."""
     run = pgbench_run(conninfo, script, clients=clients, seconds=seconds, workdir=workdir, defines=defines)
-    return run.tps
+    return Rate(run.steady_tps * per_script, run.startup)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -201,12 +238,84 @@ class Repeated:
         median = self.median
         return (max(self.values) - min(self.values)) / median if median else 0.0
 
-    def describe(self) -> str:
-        """``"min-max, spread 7%"`` (with ``MOVED`` past :data:`SPREAD_LIMIT`), or ``"1 run"``."""
+    @property
+    def moved(self) -> bool:
+        """The runs disagree by more than :data:`SPREAD_LIMIT`: the row did not hold still."""
+        return len(self.values) > 1 and self.spread > SPREAD_LIMIT
+
+    def describe(self, number: str = "{:,.0f}", unit: str = "") -> str:
+        """``"min-max, spread 7%"`` (with ``MOVED`` past :data:`SPREAD_LIMIT`), or ``"1 run"``;
+        ``number`` formats the min and the max, ``unit`` follows them."""
         if len(self.values) < 2:
             return "1 run"
-        moved = " MOVED" if self.spread > SPREAD_LIMIT else ""
-        return f"{min(self.values):,.0f}-{max(self.values):,.0f}, spread {self.spread:.0%}{moved}"
+        moved = " MOVED" if self.moved else ""
+        low, high = number.format(min(self.values)), number.format(max(self.values))
+        return f"{low}-{high}{unit}, spread {self.spread:.0%}{moved}"
+
+
+def rates(runs: Sequence[Rate]) -> Repeated:
+    """The steady rates of a row's runs."""
+    return Repeated(tuple(run.rate for run in runs))
+
+
+def startup(runs: Sequence[Rate]) -> str:
+    """The median start-up of a row's runs, ``"0.12 s"``, or ``"-"`` where no run tells."""
+    known = tuple(run.startup for run in runs if run.startup is not None)
+    return f"{Repeated(known).median:.2f} s" if known else "-"
+
+
+def round_ratios(runs: Sequence[float], reference: Sequence[float]) -> Repeated:
+    """A row's ratio to its reference row within each round (a slow spell of the machine
+    slows both), over the rounds."""
+    return Repeated(
+        tuple(run / ref if ref else float("nan") for run, ref in zip(runs, reference, strict=True))
+    )
+
+
+def ratio_spread(runs: Sequence[float], reference: Sequence[float]) -> str:
+    """``"; ratio per round 0.45-0.52, spread 14%"`` for a row with more than one run and a
+    reference other than itself, else ``""``."""
+    if len(runs) < 2 or list(runs) == list(reference):
+        return ""
+    return f"; ratio per round {round_ratios(runs, reference).describe('{:.2f}')}"
+
+
+def rate_line(label: str, runs: Sequence[Rate], reference: Sequence[Rate], *, width: int) -> str:
+    """A throughput row: ``label``, the median rate, its ratio to the median of ``reference``
+    (the baseline row's runs), the median start-up and, with more than one run, the runs'
+    min-max and spread (MOVED past the limit) and the spread of the ratio within each round."""
+    rate, baseline = rates(runs), rates(reference).median
+    ratio = rate.median / baseline if baseline else float("nan")
+    spread = ""
+    if len(runs) > 1:
+        spread = f"   runs {rate.describe()}{ratio_spread(rate.values, rates(reference).values)}"
+    return f"{label:<{width}} {rate.median:10,.0f} /s   {ratio:5.2f}   start-up {startup(runs)}{spread}"
+
+
+Row = TypeVar("Row", bound=Hashable)
+Result = TypeVar("Result")
+
+
+def interleaved(
+    rows: Sequence[Row],
+    measure: Callable[[Row, int], Result],
+    *,
+    repeat: int,
+    show: Callable[[Row, Result], str] | None = None,
+) -> dict[Row, list[Result]]:
+    """The one way the bench repeats a section's rows: ``repeat`` interleaved rounds, round r
+    measuring each row once, in order (``measure(row, r)``), so that a slow spell of a shared
+    machine falls on every row of a round rather than on all the runs of one row. With more
+    than one round each run is printed as it comes (``show``), and the section prints each
+    row's median with :meth:`Repeated.describe`. Returns each row's runs, in round order."""
+    runs: dict[Row, list[Result]] = {row: [] for row in rows}
+    for round_ in range(1, repeat + 1):
+        for row in rows:
+            result = measure(row, round_)
+            runs[row].append(result)
+            if repeat > 1 and show is not None:
+                print(f"    round {round_}: {show(row, result)}", flush=True)
+    return runs
 
 
 def durability(admin: psycopg.Connection[Any]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.bench.common import percentile, pgbench_tps
+from tenure.bench.common import interleaved, percentile, pgbench_rate, rate_line
 from tenure.driver import Driver
 from tenure.testing.database import server_now, setup
 from tenure.testing.heartbeat import ServiceProcess, wait_for_primary
@@ -67,16 +67,32 @@ def takeover_times(
     return times
 
 
-def heartbeat_throughput(admin_conninfo: str, *, clients: int, seconds: float, workdir: Path) -> None:
-    """Renewals per second, each client its own type and all bidding for one, against a one-row UPDATE."""
-    baseline = pgbench_tps(admin_conninfo, BASELINE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    own = pgbench_tps(admin_conninfo, OWN_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    shared = pgbench_tps(admin_conninfo, SHARED_TYPE_SQL, clients=clients, seconds=seconds, workdir=workdir)
-    print(f"  baseline  pgbench one-row UPDATE               {baseline:10.0f} tps   1.00")
-    print(f"  heartbeat {clients} electors, one type each        {own:10.0f} /s    {own / baseline:.2f}")
-    print(
-        f"  heartbeat {clients} electors bidding for one type   {shared:10.0f} /s    {shared / baseline:.2f}"
+def heartbeat_throughput(
+    admin_conninfo: str, *, clients: int, seconds: float, workdir: Path, repeat: int = 1
+) -> None:
+    """Renewals per second, each client its own type and all bidding for one, against a
+    one-row UPDATE: steady rates (each run's first second apart as its start-up), ``repeat``
+    interleaved rounds, medians."""
+    rows = {
+        "baseline  pgbench one-row UPDATE": BASELINE_SQL,
+        f"heartbeat {clients} electors, one type each": OWN_TYPE_SQL,
+        f"heartbeat {clients} electors bidding for one type": SHARED_TYPE_SQL,
+    }
+    runs = interleaved(
+        list(rows),
+        lambda label, _: pgbench_rate(
+            admin_conninfo, rows[label], clients=clients, seconds=seconds, workdir=workdir
+        ),
+        repeat=repeat,
+        show=lambda label, run: f"{label} {run.rate:,.0f} /s",
     )
+    print(
+        f"  heartbeat renewals per second, {clients} pgbench clients, {seconds:.0f} s a run (the first "
+        f"second apart, as the start-up){f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
+    )
+    baseline = runs[next(iter(rows))]
+    for label, measured in runs.items():
+        print(f"  {rate_line(label, measured, baseline, width=44)}", flush=True)
 
 
 def takeover(admin_conninfo: str, *, kills: int, workdir: Path) -> None:

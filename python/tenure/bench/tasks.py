@@ -14,7 +14,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +22,21 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, percentile, pgbench_tps, scalar, stop_processes
+from tenure.bench.common import (
+    Rate,
+    Repeated,
+    interleaved,
+    percentile,
+    pgbench_rate,
+    pgbench_run,
+    rate_line,
+    rates,
+    ratio_spread,
+    round_ratios,
+    scalar,
+    startup,
+    stop_processes,
+)
 from tenure.driver import Driver
 from tenure.testing.database import server_now
 
@@ -191,8 +205,11 @@ def worker_rate(
     logs: Path,
     asynchronous: bool = False,
     handled_by: Sequence[str] = PYTHON_WORKER,
-) -> float:
-    """Tasks the workers finished per second in a window after warm-up, by the server's clock."""
+) -> Rate:
+    """Tasks the workers finished per second in a window after warm-up, by the server's clock;
+    the start-up apart: the time from before the processes started to the window, less the
+    time the steady rate takes for what they finished in it."""
+    spawned = server_now(admin)
     with task_workers(
         conninfo,
         workers,
@@ -207,10 +224,10 @@ def worker_rate(
         start = server_now(admin)
         time.sleep(seconds)
     end = start + timedelta(seconds=seconds)
-    finished = scalar(
-        admin, "SELECT count(*) FROM tenure.task WHERE finished_at >= %s AND finished_at < %s", (start, end)
-    )
-    return int(finished) / seconds
+    query = "SELECT count(*) FROM tenure.task WHERE finished_at >= %s AND finished_at < %s"
+    rate = int(scalar(admin, query, (start, end))) / seconds
+    warming = int(scalar(admin, query, (spawned, start)))
+    return Rate(rate, (start - spawned).total_seconds() - warming / rate if rate else None)
 
 
 def completion_rate(
@@ -225,9 +242,10 @@ def completion_rate(
     workdir: Path,
     priorities: int = 1,
     max_running: int | None = None,
-) -> float:
+) -> Rate:
     """Tasks claimed and completed per second on a fresh backlog, the way ``how`` names (tasks
-    at ``priorities`` priorities; the kind limited to ``max_running`` leased at once)."""
+    at ``priorities`` priorities; the kind limited to ``max_running`` leased at once), steady
+    (pgbench: after its first second; workers: after a second's warm-up), start-up apart."""
     table, script, per_run = CLAIM_RUNS[how]
     fill(admin, table, backlog, priorities=priorities)
     if max_running is not None:
@@ -247,12 +265,14 @@ def completion_rate(
             asynchronous=asynchronous,
         )
     else:
-        runs = pgbench_tps(
+        run = pgbench_run(
             conninfo, script, clients=clients, seconds=seconds, workdir=workdir, defines={"held": "[]"}
         )
-        rate = runs
-        if per_run > 1:  # a call completes what the one before leased: count what got done
-            rate = int(scalar(admin, f"SELECT count(*) FROM {table} WHERE status = 'done'")) / seconds
+        per_call = 1.0
+        if per_run > 1:  # a call completes what the one before leased: count what got done per call
+            done = int(scalar(admin, f"SELECT count(*) FROM {table} WHERE status = 'done'"))
+            per_call = done / (run.tps * max(1, round(seconds))) if run.tps else 0.0
+        rate = Rate(run.steady_tps * per_call, run.startup)
     if not scalar(admin, f"SELECT EXISTS (SELECT FROM {table} WHERE {UNDONE[table]})"):
         print(f"    ({how}, {clients} clients: the backlog ran out, so the figure is void: raise --backlogs)")
     return rate
@@ -271,42 +291,36 @@ def task_throughput(
 ) -> None:
     """Each row ``repeat`` times, in interleaved rounds (every row once per round): the
     figures are the medians, and a line under each row gives the spread of its runs. Each run
-    is a steady window: pgbench's rate leaves out its connections, the workers' starts after
-    they started and warmed up for a second."""
+    is a steady window: pgbench's rate leaves out its connections and its first second, the
+    workers' starts after they started and warmed up for a second (the start-up printed apart)."""
     print(
         f"  tasks completed per second (acquire + complete, no-op processor), backlog {backlog:,} "
         f"(INSERT ... SELECT generate_series), {seconds:.0f} s per run; the same number of pgbench "
         f"clients or worker processes (each with --concurrency {concurrency})"
         f"{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
-    runs: dict[tuple[int, str], list[float]] = {(count, how): [] for count in workers for how in CLAIM_RUNS}
-    for round_ in range(1, repeat + 1):
-        for count in workers:
-            for how in CLAIM_RUNS:
-                runs[count, how].append(
-                    completion_rate(
-                        admin,
-                        conninfo,
-                        how,
-                        backlog=backlog,
-                        clients=count,
-                        concurrency=concurrency,
-                        seconds=seconds,
-                        workdir=workdir,
-                    )
-                )
-            if repeat > 1:
-                done = ", ".join(f"{how} {runs[count, how][-1]:.0f}" for how in CLAIM_RUNS)
-                print(f"    round {round_}, {count} clients: {done} /s", flush=True)
+    runs = interleaved(
+        [(count, how) for count in workers for how in CLAIM_RUNS],
+        lambda row, _: completion_rate(
+            admin,
+            conninfo,
+            row[1],
+            backlog=backlog,
+            clients=row[0],
+            concurrency=concurrency,
+            seconds=seconds,
+            workdir=workdir,
+        ),
+        repeat=repeat,
+        show=lambda row, run: f"{row[0]} clients, {row[1]} {run.rate:.0f} /s",
+    )
     print(
         "    clients   bare SKIP LOCKED (baseline)   tenure SQL by pgbench   "
         f"task_cycle by pgbench ({CYCLE_BATCH} per call)   tenure task workers   "
         "async task workers (x threaded)"
     )
     for count in workers:
-        bare, sql, cycle, processes, async_processes = (
-            Repeated(tuple(runs[count, how])).median for how in CLAIM_RUNS
-        )
+        bare, sql, cycle, processes, async_processes = (rates(runs[count, how]).median for how in CLAIM_RUNS)
         print(
             f"    {count:7d}   {bare:10.0f} /s   1.00         {sql:8.0f} /s   {sql / bare:.2f}"
             f"       {cycle:8.0f} /s   {cycle / bare:.2f}                 {processes:8.0f} /s   "
@@ -314,9 +328,17 @@ def task_throughput(
             f"({async_processes / processes if processes else float('nan'):.2f})",
             flush=True,
         )
+        starts = ", ".join(f"{how} {startup(runs[count, how])}" for how in CLAIM_RUNS)
+        print(f"              start-up: {starts}")
         if repeat > 1:
-            spreads = "; ".join(f"{how} {Repeated(tuple(runs[count, how])).describe()}" for how in CLAIM_RUNS)
+            spreads = "; ".join(f"{how} {rates(runs[count, how]).describe()}" for how in CLAIM_RUNS)
             print(f"              runs: {spreads}")
+            bare_runs = rates(runs[count, "bare"]).values
+            per_round = "; ".join(
+                f"{how} {round_ratios(rates(runs[count, how]).values, bare_runs).describe('{:.2f}')}"
+                for how in list(CLAIM_RUNS)[1:]
+            )
+            print(f"              ratio to bare per round: {per_round}")
 
 
 PRIORITIES = 10  # the priorities row: each task at a priority drawn from 0 .. 9
@@ -331,10 +353,12 @@ def control_costs(
     concurrency: int,
     seconds: float,
     workdir: Path,
+    repeat: int = 1,
 ) -> None:
     """The task controls' cost on the same workload: the kind limited by max_running (a limit
     that leaves every slot free, so only its bookkeeping counts, and one that binds), and the
-    backlog spread over priorities, against the kind without settings, all at priority 0."""
+    backlog spread over priorities, against the kind without settings, all at priority 0;
+    ``repeat`` interleaved rounds, medians (the most leased at once: the most of any run)."""
     slots = {"cycle": clients * CYCLE_BATCH, "workers": clients * concurrency}  # tasks held at most
     loose = max(64, 2 * max(slots.values()))
     tight = max(1, min(slots.values()) // 4)
@@ -347,39 +371,59 @@ def control_costs(
     print(
         f"  task controls: tasks completed per second, backlog {backlog:,}, {clients} pgbench clients "
         f"({slots['cycle']} slots) or worker processes with --concurrency {concurrency} ({slots['workers']} "
-        f"slots), {seconds:.0f} s per run:"
+        f"slots), {seconds:.0f} s per run{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
+    )
+    hows = ("cycle", "workers")
+
+    def measure(row: tuple[str, int, int | None, str], _: int) -> tuple[Rate, int]:
+        _label, priorities, max_running, how = row
+        rate = completion_rate(
+            admin,
+            conninfo,
+            how,
+            backlog=backlog,
+            clients=clients,
+            concurrency=concurrency,
+            seconds=seconds,
+            workdir=workdir,
+            priorities=priorities,
+            max_running=max_running,
+        )
+        return rate, most_leased(admin)
+
+    measured = interleaved(
+        [(label, priorities, max_running, how) for label, priorities, max_running in runs for how in hows],
+        measure,
+        repeat=repeat,
+        show=lambda row, run: f"{row[0].split('(')[0].strip()}, {row[3]} {run[0].rate:.0f} /s",
     )
     print(
         f"    {'':<62} {f'task_cycle by pgbench ({CYCLE_BATCH} per call)':<38}{'tenure task workers':<22}"
         "most leased at once (pgbench / workers)"
     )
-    baseline: dict[str, float] = {}
+    baseline = {how: rates([rate for rate, _ in measured[(*runs[0], how)]]).median for how in hows}
     for label, priorities, max_running in runs:
-        rates: dict[str, float] = {}
-        most: dict[str, int] = {}
-        for how in ("cycle", "workers"):
-            rates[how] = completion_rate(
-                admin,
-                conninfo,
-                how,
-                backlog=backlog,
-                clients=clients,
-                concurrency=concurrency,
-                seconds=seconds,
-                workdir=workdir,
-                priorities=priorities,
-                max_running=max_running,
-            )
-            most[how] = most_leased(admin)
-        baseline = baseline or rates
+        rows = {how: measured[label, priorities, max_running, how] for how in hows}
+        median = {how: rates([rate for rate, _ in rows[how]]).median for how in hows}
+        most = {how: max(leased for _, leased in rows[how]) for how in hows}
         cycle, workers = (
-            f"{rates[how]:8.0f} /s   {rates[how] / baseline[how] if baseline[how] else float('nan'):.2f}"
-            for how in ("cycle", "workers")
+            f"{median[how]:8.0f} /s   {median[how] / baseline[how] if baseline[how] else float('nan'):.2f}"
+            for how in hows
         )
         print(
             f"    {label:<62} {cycle:<38}{workers:<22}{most['cycle']} / {most['workers']}",
             flush=True,
         )
+        if repeat > 1:
+            spreads = "; ".join(
+                f"{how} {rates([rate for rate, _ in rows[how]]).describe()}"
+                + ratio_spread(
+                    rates([rate for rate, _ in rows[how]]).values,
+                    rates([rate for rate, _ in measured[(*runs[0], how)]]).values,
+                )
+                for how in hows
+            )
+            print(f"      runs: {spreads}")
     clean(admin)
 
 
@@ -433,13 +477,15 @@ def shim_throughput(
     concurrency: int,
     seconds: float,
     workdir: Path,
+    repeat: int = 1,
 ) -> None:
     """One worker process handling no-op tasks in Python (--module), through a command per
     task (--exec) and through a local HTTP handler (--http), as ratios to the first, in the
-    same run."""
+    same run; ``repeat`` interleaved rounds, medians."""
     print(
         f"  tasks completed per second by one worker process with --concurrency {concurrency}, no-op "
-        f"handlers, backlog {backlog:,}, {seconds:.0f} s per run:"
+        f"handlers, backlog {backlog:,}, {seconds:.0f} s per run"
+        f"{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
     runs: list[tuple[str, Sequence[str] | None]] = [
         ("--module (Python processor, threaded TaskWorker)", PYTHON_WORKER),
@@ -449,8 +495,10 @@ def shim_throughput(
         ),
         ("--http (asyncio HTTP handler, kept-alive)", None),
     ]
-    baseline: float | None = None  # the Python worker's rate
-    for label, handled_by in runs:
+    handlers = dict(runs)
+
+    def measure(label: str, _: int) -> Rate:
+        handled_by = handlers[label]
         fill(admin, "tenure.task", backlog)
         logs = workdir / f"shim-{label.split()[0].strip('-')}"
         with contextlib.ExitStack() as handler:
@@ -468,11 +516,14 @@ def shim_throughput(
             )
         if not scalar(admin, f"SELECT EXISTS (SELECT FROM tenure.task WHERE {UNDONE['tenure.task']})"):
             print(f"    ({label}: the backlog ran out, so the figure is void: raise --backlogs)")
-        baseline = rate if baseline is None else baseline
-        print(
-            f"    {label:<56} {rate:8.0f} /s   {rate / baseline if baseline else float('nan'):.2f}",
-            flush=True,
-        )
+        return rate
+
+    measured = interleaved(
+        list(handlers), measure, repeat=repeat, show=lambda label, run: f"{label} {run.rate:.0f} /s"
+    )
+    baseline = measured[runs[0][0]]  # the Python worker's runs
+    for label, _ in runs:
+        print(f"    {rate_line(label, measured[label], baseline, width=56)}", flush=True)
 
 
 def enqueue_rates(
@@ -484,9 +535,12 @@ def enqueue_rates(
     batches: list[int],
     backlog: int,
     workdir: Path,
+    repeat: int = 1,
 ) -> None:
     """Enqueue onto an analyzed backlog: on a freshly emptied table, plans cached before
-    autoanalyze catches up scan the growing table, which is not the steady state."""
+    autoanalyze catches up scan the growing table, which is not the steady state. Steady
+    rates (each run's first second apart as its start-up), ``repeat`` interleaved rounds,
+    medians."""
     runs = [
         ("baseline  pgbench one-row INSERT into a plain table", "tenure_bench.jobs", ENQUEUE_BASELINE_SQL, 1),
         ("task_enqueue, one task per transaction", "tenure.task", ENQUEUE_ONE_SQL, 1),
@@ -497,14 +551,23 @@ def enqueue_rates(
     ]
     print(
         f"  tasks enqueued per second onto a backlog of {backlog:,}, {clients} pgbench clients, "
-        f"{seconds:.0f} s per run:"
+        f"{seconds:.0f} s per run{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
-    baseline = 0.0
-    for label, table, script, per_call in runs:
+    scripts = {label: (table, script, per_call) for label, table, script, per_call in runs}
+
+    def measure(label: str, _: int) -> Rate:
+        table, script, per_call = scripts[label]
         fill(admin, table, backlog)
-        rate = per_call * pgbench_tps(conninfo, script, clients=clients, seconds=seconds, workdir=workdir)
-        baseline = baseline or rate
-        print(f"    {label:<52} {rate:10.0f} /s   {rate / baseline:.2f}", flush=True)
+        return pgbench_rate(
+            conninfo, script, clients=clients, seconds=seconds, workdir=workdir, per_script=per_call
+        )
+
+    measured = interleaved(
+        list(scripts), measure, repeat=repeat, show=lambda label, run: f"{label} {run.rate:,.0f} /s"
+    )
+    baseline = measured[runs[0][0]]
+    for label, rows in measured.items():
+        print(f"    {rate_line(label, rows, baseline, width=52)}", flush=True)
 
 
 def spaced(count: int) -> Iterator[int]:
@@ -590,26 +653,54 @@ def wake_latencies(
     return [float(row[0]) for row in rows]
 
 
-def wake_latency(admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, workdir: Path) -> None:
+def wake_latency(
+    admin: psycopg.Connection[Any], conninfo: str, *, tasks: int, workdir: Path, repeat: int = 1
+) -> None:
+    """p50 and p99 of each way's wake-up, ``repeat`` interleaved rounds: the medians of the
+    rounds' p50 and p99, each with the spread of its rounds."""
     poll = 1.0
-    bare = notify_latencies(conninfo, count=tasks)
-    queue = bare_queue_latencies(admin, conninfo, count=tasks)
-    on = wake_latencies(admin, conninfo, listen=True, poll=poll, tasks=tasks, workdir=workdir)
-    off = wake_latencies(admin, conninfo, listen=False, poll=poll, tasks=tasks, workdir=workdir)
+    ways: dict[str, Callable[[], list[float]]] = {
+        "baseline  bare NOTIFY to the listener's next query": lambda: notify_latencies(conninfo, count=tasks),
+        "bare queue: INSERT + NOTIFY, SKIP LOCKED claim on it": lambda: bare_queue_latencies(
+            admin, conninfo, count=tasks
+        ),
+        "notifications on": lambda: wake_latencies(
+            admin, conninfo, listen=True, poll=poll, tasks=tasks, workdir=workdir
+        ),
+        "notifications off (--no-listen), ratio to the poll": lambda: wake_latencies(
+            admin, conninfo, listen=False, poll=poll, tasks=tasks, workdir=workdir
+        ),
+    }
+
+    def measure(label: str, _: int) -> tuple[float, float]:
+        values = ways[label]()
+        return percentile(values, 50), percentile(values, 99)
+
+    measured = interleaved(
+        list(ways),
+        measure,
+        repeat=repeat,
+        show=lambda label, run: f"{label} p50 {run[0] * 1000:.1f} ms, p99 {run[1] * 1000:.1f} ms",
+    )
     print(
         f"  wake-up latency from enqueue to lease (server clock), one idle worker polling every {poll:g} s, "
-        f"{len(on)} tasks 50-200 ms apart:"
+        f"{tasks} tasks 50-200 ms apart{f'; medians of {repeat} interleaved rounds' if repeat > 1 else ''}:"
     )
-
-    def line(label: str, values: list[float], ref50: float, ref99: float) -> None:
-        p50, p99 = percentile(values, 50), percentile(values, 99)
+    p50s = {label: Repeated(tuple(1000 * p50 for p50, _ in runs)) for label, runs in measured.items()}
+    p99s = {label: Repeated(tuple(1000 * p99 for _, p99 in runs)) for label, runs in measured.items()}
+    bare = next(iter(ways))
+    for label in ways:
+        ref50, ref99 = p50s[bare].median, p99s[bare].median
+        if "--no-listen" in label:  # against the poll interval
+            ref50 = ref99 = poll * 1000
+        p50, p99 = p50s[label], p99s[label]
         print(
-            f"    {label:<52} p50 {p50 * 1000:7.1f} ms {p50 / ref50:7.2f}   "
-            f"p99 {p99 * 1000:7.1f} ms {p99 / ref99:7.2f}"
+            f"    {label:<52} p50 {p50.median:7.1f} ms {p50.median / ref50:7.2f}   "
+            f"p99 {p99.median:7.1f} ms {p99.median / ref99:7.2f}",
+            flush=True,
         )
-
-    bare50, bare99 = percentile(bare, 50), percentile(bare, 99)
-    line("baseline  bare NOTIFY to the listener's next query", bare, bare50, bare99)
-    line("bare queue: INSERT + NOTIFY, SKIP LOCKED claim on it", queue, bare50, bare99)
-    line("notifications on", on, bare50, bare99)
-    line("notifications off (--no-listen), ratio to the poll", off, poll, poll)
+        if repeat > 1:
+            print(
+                f"      runs: p50 {p50.describe('{:.1f}', ' ms')}; p99 {p99.describe('{:.1f}', ' ms')}"
+                + ("" if "--no-listen" in label else ratio_spread(p50.values, p50s[bare].values))
+            )
