@@ -27,6 +27,8 @@ import psycopg
 
 from ppcommon import conninfo, fill
 
+from tenure.bench.common import ServerCpu
+
 DBS = {"base": os.environ.get("PP_BASE_PYTHON", "/work/wt-plain28-base/python"),
        "new": os.environ.get("PP_NEW_PYTHON", "/work/wt-plain28/python")}
 # The databases measured as base and new (PP_BASE_DB, PP_NEW_DB: to compare two other deployments).
@@ -51,23 +53,12 @@ WORK = Path(tempfile.mkdtemp(prefix="speed28-pp-"))
 
 
 POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/plain28pg/data"), "postmaster.pid").read_text().split()[0])
-TICK = os.sysconf("SC_CLK_TCK")
+SERVER = ServerCpu(POSTMASTER)
 
 
 def server_cpu() -> float:
-    """Seconds of CPU the cluster used so far: the postmaster with its waited-for children, and
-    every live child."""
-    def fields(pid: int) -> list[str]:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    f = fields(POSTMASTER)
-    total = sum(int(x) for x in f[11:15])  # utime stime cutime cstime
-    for child in Path(f"/proc/{POSTMASTER}/task/{POSTMASTER}/children").read_text().split():
-        try:
-            g = fields(int(child))
-        except FileNotFoundError:
-            continue
-        total += int(g[11]) + int(g[12])
-    return total / TICK
+    """Seconds of CPU the cluster used so far (tenure.bench.common.ServerCpu, as the bench reads it)."""
+    return SERVER.seconds()
 
 
 def count_done(db: str, since: object = None, until: object = None) -> int:
