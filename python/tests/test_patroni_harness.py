@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from conftest import harness_logs
 
 from tenure.bench.sync import sync_bench
+from tenure.driver import BatchGrant
 from tenure.testing import procs
+from tenure.testing.failover import ClientLog, FencedLedger
 from tenure.testing.patroni import PatroniCluster
 from tenure.testing.pgbouncer import PgBouncer
 
@@ -155,8 +158,42 @@ def test_sigkill_of_the_leader_gives_a_new_writable_leader(cluster: PatroniClust
     print(f"{old} back and streaming after {time.monotonic() - began:.1f} s")
 
 
+LEDGER = """
+CREATE TABLE fo_ledger_key (key text PRIMARY KEY, applied int NOT NULL DEFAULT 0);
+CREATE TABLE fo_ledger (batch_id uuid, key text, seq int, position int);
+INSERT INTO fo_ledger_key VALUES ('k', 0);
+-- as the failover fleet's role: commits not waiting for the synchronous standby
+CREATE ROLE fo_probe LOGIN;
+ALTER ROLE fo_probe SET synchronous_commit = off;
+GRANT SELECT, UPDATE ON fo_ledger_key TO fo_probe;
+GRANT SELECT ON fo_ledger TO fo_probe;
+"""
+
+
+def deposed_primary_gives_the_ledger_no_answer(cluster: PatroniCluster, old: str, new: str) -> None:
+    """The failover ledger's status, asked of the old primary thawed before its Patroni
+    demotes it, gives no answer; its data would say a batch applied on the new one never
+    arrived (and the pool would send it again: the failover demo saw it applied twice)."""
+    batch = BatchGrant(uuid.uuid4(), "k", 1, b"", [], 1, 1, 1)
+    cluster.psql(new, "INSERT INTO fo_ledger VALUES (%s, 'k', 1, 1)", (batch.id,))
+    cluster.thaw_postgres(old)
+    stale = "SELECT pg_is_in_recovery(), count(*) FROM fo_ledger WHERE batch_id = %s"
+    assert cluster.psql(old, stale, (batch.id,)) == [(False, 0)], "a writable primary that missed the batch"
+    for name, answer in ((old, None), (new, "committed")):
+        ledger = FencedLedger(cluster.node_conninfo(name, user="fo_probe"), ClientLog(), f"probe of {name}")
+        try:
+            if answer is None:
+                with pytest.raises(ConnectionError, match="did not answer"):
+                    ledger.status(batch)
+            else:
+                assert ledger.status(batch) == answer
+        finally:
+            ledger.close()
+
+
 def test_frozen_leader_is_replaced_while_frozen(cluster: PatroniCluster) -> None:
     old = cluster.wait_ready()
+    cluster.psql(None, LEDGER)
     cluster.freeze_node(old)
     try:
         began = time.monotonic()
@@ -164,6 +201,7 @@ def test_frozen_leader_is_replaced_while_frozen(cluster: PatroniCluster) -> None
         print(f"\nSIGSTOP of {old}: {new} writable after {time.monotonic() - began:.1f} s")
         assert cluster.nodes[old].frozen
         poll(lambda: cluster.leader() == new, timeout=30)
+        deposed_primary_gives_the_ledger_no_answer(cluster, old, new)
     finally:
         cluster.thaw_node(old)
     began = time.monotonic()

@@ -389,7 +389,8 @@ class FencedLedger:
     batch in fo_ledger in one durable transaction fenced by its key's claim in the epoch it
     was selected under, and logs it once its commit is confirmed; ``status`` says whether a
     batch was applied ('committed') or not ('unknown': the pool sends it again), after
-    waiting for any application of its key in progress (the lock of the key's row)."""
+    waiting for any application of its key in progress (the lock of the key's row), in a
+    transaction the synchronous standby confirms (so a deposed primary gives no answer)."""
 
     def __init__(self, conninfo: str, log: ClientLog, name: str) -> None:
         self.conninfo, self.log, self.name = conninfo, log, name
@@ -422,6 +423,11 @@ class FencedLedger:
 
     def status(self, batch: BatchGrant) -> str | None:
         def body(db: psycopg.Connection[Any]) -> str:
+            # The answer counts only once the synchronous standby confirmed this transaction
+            # (the row lock gives it a commit to confirm): a primary deposed while frozen and
+            # thawed before Patroni demotes it still serves reads, and its "unknown" about a
+            # batch applied since on the new primary would send that batch again.
+            db.execute("SELECT set_config('synchronous_commit', 'on', true)")
             db.execute("SELECT 1 FROM fo_ledger_key WHERE key = %s FOR UPDATE", (batch.key,))
             found = db.execute("SELECT 1 FROM fo_ledger WHERE batch_id = %s", (batch.id,)).fetchone()
             return "committed" if found else "unknown"

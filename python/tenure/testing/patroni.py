@@ -441,6 +441,16 @@ class PatroniCluster(procs.Harness):
         procs.signal_all(node.frozen, signal.SIGCONT)
         node.frozen.clear()
 
+    def thaw_postgres(self, name: str) -> None:
+        """SIGCONT a frozen node's PostgreSQL but not its Patroni: a primary deposed while
+        frozen stays a writable primary (nobody demotes it) until thaw_node. That holds open
+        the window between a real thaw and Patroni's next loop, in which clients reach it."""
+        node = self._node(name)
+        postmaster = procs.postmaster_pid(node.data_dir)
+        if postmaster is None or postmaster not in node.frozen:
+            raise RuntimeError(f"node {name}'s PostgreSQL is not frozen")
+        procs.signal_all(procs.descendants([postmaster]) & node.frozen, signal.SIGCONT)
+
     def postmaster_pid(self, name: str) -> int | None:
         return procs.postmaster_pid(self._node(name).data_dir)
 
@@ -689,10 +699,18 @@ class PatroniCluster(procs.Harness):
     # -- diagnosis ----------------------------------------------------------------------------
 
     def log_paths(self) -> dict[str, Path]:
-        paths = {"etcd": self.directory / "etcd.log"}
-        for node in self.nodes.values():
+        """Every log, the nodes not running healthily first and etcd's last: a failure's
+        report is read (and often cut) from the top."""
+        states = {m["name"]: m.get("state") for m in self.members()}
+
+        def healthy(node: Node) -> bool:
+            return node.running() and states.get(node.name) in ("running", "streaming")
+
+        paths = {}
+        for node in sorted(self.nodes.values(), key=healthy):
             paths[f"{node.name} patroni"] = node.patroni_log
             paths[f"{node.name} postgres"] = node.postgres_log
+        paths["etcd"] = self.directory / "etcd.log"
         return paths
 
     def log_tails(self, lines: int = 30) -> str:
