@@ -158,6 +158,25 @@ def test_sigkill_of_the_leader_gives_a_new_writable_leader(cluster: PatroniClust
     print(f"{old} back and streaming after {time.monotonic() - began:.1f} s")
 
 
+def test_a_replica_that_cannot_start_is_reinitialized(cluster: PatroniCluster) -> None:
+    def member(name: str) -> dict[str, object]:
+        return next((m for m in cluster.members() if m["name"] == name), {})
+
+    leader = cluster.wait_ready()
+    replica = next(name for name in cluster.nodes if name not in (leader, cluster.sync_standby()))
+    cluster.kill_node(replica)
+    (cluster.nodes[replica].data_dir / "postgresql.auto.conf").write_text("not a setting\n")
+    cluster.start_node(replica)
+    cluster.reinit_after = 3.0
+    try:
+        poll(lambda: member(replica).get("state") == "start failed")
+        cluster.wait_ready(120)
+    finally:
+        cluster.reinit_after = 30.0
+    assert cluster.reinitialized == [replica]
+    assert cluster.psql(replica, "SELECT pg_is_in_recovery()") == [(True,)]
+
+
 LEDGER = """
 CREATE TABLE fo_ledger_key (key text PRIMARY KEY, applied int NOT NULL DEFAULT 0);
 CREATE TABLE fo_ledger (batch_id uuid, key text, seq int, position int);

@@ -178,6 +178,8 @@ class PatroniCluster(procs.Harness):
         self.durable = durable
         self.synchronous_mode = synchronous_mode
         self.synchronous_mode_strict = synchronous_mode_strict
+        self.reinit_after = 30.0  # seconds a replica stays "start failed" before wait_ready reinits it
+        self.reinitialized: list[str] = []  # the replicas it reinitialized, in order
         self.ttl, self.loop_wait, self.retry_timeout = ttl, loop_wait, retry_timeout
         self.parameters = dict(parameters or {})
         self.start_timeout = start_timeout
@@ -630,11 +632,17 @@ class PatroniCluster(procs.Harness):
     def wait_ready(self, timeout: float = 60.0, *, all_streaming: bool = True) -> str:
         """Wait for a leader that commits a write, a sync standby streaming with sync_state
         'sync' (in synchronous mode) and, with all_streaming, every other running node
-        streaming from the leader; returns the leader's name."""
+        streaming from the leader; returns the leader's name.
+
+        A replica Patroni keeps in state "start failed" for ``reinit_after`` seconds is
+        reinitialized from the leader (POST /reinitialize, as ``patronictl reinit``), once,
+        and said so on stderr: its own log (kept) says why it could not start."""
         deadline = time.monotonic() + timeout
         problem = "not checked yet"
+        failed_since: dict[str, float | None] = {}
         while time.monotonic() < deadline:
             time.sleep(0.2)
+            self._reinit_failed_replicas(failed_since)
             leader = self.leader()
             if leader is None or not self.nodes[leader].running():
                 problem = f"no running leader (leader key: {leader})"
@@ -665,6 +673,21 @@ class PatroniCluster(procs.Harness):
                     continue
             return leader
         raise TimeoutError(f"cluster not ready within {timeout} s: {problem}\n{self.status()}")
+
+    def _reinit_failed_replicas(self, failed_since: dict[str, float | None]) -> None:
+        now = time.monotonic()
+        for member in self.members():
+            name = member["name"]
+            if member.get("state") != "start failed" or member.get("role") == "leader":
+                failed_since.pop(name, None)
+                continue
+            since = failed_since.setdefault(name, now)
+            if since is not None and now - since >= self.reinit_after and self.nodes[name].running():
+                status, answer = self.api(name, "/reinitialize", {"force": True}, timeout=10.0)
+                print(f"PatroniCluster: {name} could not start for {self.reinit_after:.0f} s (see its logs): "
+                      f"reinitialized from the leader: {status} {answer}", file=sys.stderr)  # fmt: skip
+                self.reinitialized.append(name)
+                failed_since[name] = None  # once per wait
 
     def switchover(self, candidate: str | None = None, timeout: float = 60.0) -> str:
         """Move the leader through POST /switchover; returns the new leader once it is writable."""
