@@ -86,18 +86,27 @@ $$;
 -- Announcing due tasks ----------------------------------------------------------------
 
 -- A task that becomes due is announced with NOTIFY tenure_task (payload: its kind) only
--- while a worker waits for that kind: PostgreSQL serialises the commits of every
--- transaction that sent a notification, so announcing each enqueue to no one capped how
--- many could commit at once. Workers register by task_cycle's p_wait (_task_wait).
+-- while a worker waits for that kind, and only once per registration: PostgreSQL
+-- serialises the commits of every transaction that sent a notification, so announcing
+-- each enqueue capped how many could commit at once. Workers register by task_cycle's
+-- p_wait (_task_wait); the first announcement for a registration marks it told, and
+-- later enqueues send nothing for it until it registers again.
 --
--- No wake-up is lost between the two: a waiter registers under the exclusive
--- transaction lock below and then looks for due tasks once more; an announcer takes the
--- same lock shared after its write, and reads the waiters in a later statement. Either
--- the announcer committed before the waiter took the lock, and the waiter's second look
--- (a later snapshot) sees its task; or the announcer took the lock after the waiter
--- committed, and its read of the waiters (a later snapshot) sees the registration. A
--- transaction that reads from one snapshot (repeatable read, serializable) cannot rely on
--- the second, so it always announces.
+-- No wake-up is lost between the two: a waiter registers (told = false) under the
+-- exclusive transaction lock below and then looks for due tasks once more; an announcer
+-- takes the same lock shared after its write, and reads the waiters in a later statement.
+-- Either the announcer committed before the waiter took the lock, and the waiter's
+-- second look (a later snapshot) sees its task; or the announcer took the lock after the
+-- waiter committed, and its read of the waiters (a later snapshot) sees the registration:
+-- - not told: it marks it told and notifies at its commit;
+-- - told: an announcement for this registration committed, which wakes the waiter, and
+--   the waiter looks again (its next task_cycle) or registers again, which waits for
+--   this announcer's lock and then looks (after this commit);
+-- - being marked told by another announcer that has not committed (its row locked): it
+--   notifies too, as that one may yet roll back. It never waits for a waiter's row, so
+--   it cannot deadlock with a cycle that ends its own registration.
+-- A transaction that reads from one snapshot (repeatable read, serializable) cannot rely
+-- on the second, so it always announces.
 CREATE OR REPLACE FUNCTION tenure._task_announce(p_kinds text[], p_now timestamptz)
 RETURNS text[]  -- the kinds announced
 LANGUAGE plpgsql
@@ -113,13 +122,27 @@ BEGIN
     END IF;
     IF current_setting('transaction_isolation') = 'read committed' THEN
         PERFORM pg_advisory_xact_lock_shared(hashtext('tenure.task_wait'), 0);
-        IF NOT EXISTS (SELECT FROM tenure.task_waiter w WHERE w.until > v_now) THEN
-            RETURN '{}'::text[];  -- the common case under load: every worker is busy
+        IF NOT EXISTS (SELECT FROM tenure.task_waiter w WHERE w.until > v_now AND NOT w.told) THEN
+            RETURN '{}'::text[];  -- the common case under load: every worker busy, or told already
         END IF;
-        v_announced := ARRAY(
+        WITH told AS (
+            UPDATE tenure.task_waiter w SET told = true
+              FROM (SELECT x.owner FROM tenure.task_waiter x
+                     WHERE x.until > v_now AND NOT x.told AND (x.kinds IS NULL OR x.kinds && p_kinds)
+                     FOR NO KEY UPDATE SKIP LOCKED) x
+             WHERE w.owner = x.owner
+            RETURNING w.kinds
+        )
+        SELECT ARRAY(SELECT DISTINCT k FROM unnest(p_kinds) k
+                      WHERE EXISTS (SELECT FROM told t WHERE t.kinds IS NULL OR k = ANY (t.kinds)))
+          INTO v_announced;
+        -- A later statement: the waiters still not told are those another transaction
+        -- holds (being told, or ending their registration): announce to them as well.
+        v_announced := v_announced || ARRAY(
             SELECT DISTINCT k FROM unnest(p_kinds) k
-             WHERE EXISTS (SELECT FROM tenure.task_waiter w
-                            WHERE w.until > v_now AND (w.kinds IS NULL OR k = ANY (w.kinds))));
+             WHERE k <> ALL (v_announced)
+               AND EXISTS (SELECT FROM tenure.task_waiter w
+                            WHERE w.until > v_now AND NOT w.told AND (w.kinds IS NULL OR k = ANY (w.kinds))));
     ELSE
         v_announced := ARRAY(SELECT DISTINCT k FROM unnest(p_kinds) k);
     END IF;
@@ -129,8 +152,8 @@ END
 $$;
 
 -- Register p_owner as waiting for NOTIFY tenure_task of p_kinds (NULL: any) until
--- p_until. The caller must look for due tasks again afterwards, in a later statement
--- (see _task_announce).
+-- p_until, not told yet. The caller must look for due tasks again afterwards, in a later
+-- statement (see _task_announce).
 CREATE OR REPLACE FUNCTION tenure._task_wait(p_owner uuid, p_kinds text[], p_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -139,7 +162,7 @@ AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('tenure.task_wait'), 0);
     INSERT INTO tenure.task_waiter AS w (owner, kinds, until) VALUES (p_owner, p_kinds, p_until)
-    ON CONFLICT (owner) DO UPDATE SET kinds = excluded.kinds, until = excluded.until;
+    ON CONFLICT (owner) DO UPDATE SET kinds = excluded.kinds, until = excluded.until, told = false;
 END
 $$;
 
@@ -1364,7 +1387,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_cycle(p_owner, p_lease, p_li
 COMMENT ON FUNCTION tenure.task_cycle(uuid, interval, integer, text[], jsonb, interval) IS
 $$A worker's whole round trip in one call and one commit: apply the outcomes p_outcomes that instance p_owner reports for tasks it holds, then lease up to p_limit due tasks (0: none) of the kinds p_kinds (NULL: any) for p_lease, as task_acquire does.
 p_outcomes is a JSON array of {"id": uuid, "epoch": n, "outcome": o}: o is complete (optional state, default 'done', and data), release (optional state, data and delay in seconds, default 0), fail (error, optional retry_delay in seconds, default the exponential backoff) or extend (the lease becomes now + p_lease). Each outcome is the transition of task_complete, task_release, task_fail or task_extend, fenced the same way: it applies only while p_owner holds the task in that epoch under a lease that has not run out.
-With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then every task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
+With p_wait (such as '10 seconds', about twice the caller's poll interval), a call that leaves slots free registers p_owner as waiting until now + p_wait and looks once more: until then the first task of its kinds that becomes due is announced with NOTIFY tenure_task (payload: the kind), once per registration (call task_cycle again after a notification: it looks, and registers again), and no announcement made while it registered is lost. A call that fills every slot ends the registration. Without any waiter, nothing is announced: LISTEN alone no longer hears of new tasks.
 Returns one row per outcome, in input order (refused NULL when applied, else why: no task, or lease lost with the task's status), then one row per new lease (outcome 'lease'), and when it leased fewer than p_limit because a rate-limited kind held due tasks back, a row per such kind with outcome 'throttled', id and epoch NULL, and next_action when its rate lets the next lease through (wait until then rather than poll). A refused outcome is not an error: the others still apply.
 Errors: TN001 on invalid arguments, naming the first bad outcome (not an object, no uuid id, an epoch below 1, an unknown outcome, a key that outcome does not take, an empty state or error, a negative delay, a task named twice, data larger than max_task_data) and on p_wait outside 0 .. 1 day; nothing changes then.$$;
 

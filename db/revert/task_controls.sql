@@ -69,4 +69,6 @@ CREATE INDEX task_kind_due ON tenure.task (kind, next_action) WHERE status = 'pe
 
 DROP TYPE tenure._task_candidate;
 
+ALTER TABLE tenure.task_waiter DROP COLUMN told;
+
 COMMIT;

@@ -1,11 +1,11 @@
 -- Announcing due tasks only to waiting workers: task_cycle with p_wait registers its
 -- owner when it leaves slots free, a full cycle ends the registration, and a task that
 -- becomes due is announced (NOTIFY tenure_task) only to a live registration for its
--- kind. _task_announce returns the kinds it announced. The race between registering and
+-- kind, once per registration (told). _task_announce returns the kinds it announced. The race between registering and
 -- announcing is in the isolation spec task-wait-announce.
 -- Instances: a = ...0a, b = ...0b. Times: T = 2001-01-01 00:00:00.
 BEGIN;
-SELECT plan(18);
+SELECT plan(22);
 
 CREATE FUNCTION pg_temp.cycle(p_owner text, p_limit integer, p_kinds text[], p_wait interval, p_at text)
 RETURNS SETOF tenure.task_cycled
@@ -40,6 +40,10 @@ SELECT is_empty($$SELECT * FROM pg_temp.cycle('0b', 1, NULL, '1 min', '2001-01-0
     'a cycle of any kind registers with kinds NULL...');
 SELECT is(pg_temp.announced(ARRAY['push'], '2001-01-01 00:00:30+00'), ARRAY['push'],
     '... and every kind is announced to it');
+SELECT is((SELECT told FROM tenure.task_waiter WHERE owner = '00000000-0000-0000-0000-00000000000b'), true,
+    'an announcement marks the registration told...');
+SELECT is(pg_temp.announced(ARRAY['push', 'mail'], '2001-01-01 00:00:30+00'), '{}',
+    '... and it is announced to once: later tasks send nothing until it registers again');
 SELECT is(pg_temp.announced('{}', '2001-01-01 00:00:30+00'), '{}', 'no kind, no announcement');
 
 -- Ending the registration ----------------------------------------------------------------
@@ -54,6 +58,10 @@ SELECT is((SELECT count(*)::int FROM pg_temp.cycle('0b', 2, NULL, '1 min', '2001
 SELECT results_eq($$SELECT kinds, until FROM tenure.task_waiter WHERE owner = '00000000-0000-0000-0000-00000000000b'$$,
     $$VALUES (NULL::text[], '2001-01-01 00:01:32+00'::timestamptz)$$,
     '... and registers again');
+SELECT is((SELECT told FROM tenure.task_waiter WHERE owner = '00000000-0000-0000-0000-00000000000b'), false,
+    'registering again clears told...');
+SELECT is(pg_temp.announced(ARRAY['mail'], '2001-01-01 00:00:33+00'), ARRAY['mail'],
+    '... so the next task is announced to it again');
 
 -- Bad input ------------------------------------------------------------------------------
 SELECT lives_ok($$SELECT * FROM pg_temp.cycle('0a', 1, NULL, '0 s', '2001-01-01 00:00:40+00')$$,
