@@ -85,14 +85,14 @@ CREATE TABLE tenure.task_after (
     CHECK (task_id <> after_id)
 );
 CREATE INDEX task_after_after ON tenure.task_after (after_id);
+COMMENT ON TABLE tenure.task_after IS
+    'Run-after dependencies: task task_id becomes due only when task after_id (and every other it names) is done.';
 
 -- A waiter is told once per registration: the first announcement for it marks it told,
 -- later enqueues send nothing until it registers again (its next look sees their tasks).
 ALTER TABLE tenure.task_waiter ADD COLUMN told boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN tenure.task_waiter.told IS
     'An announcement for it committed since it registered: enqueues leave it be until it registers again.';
-COMMENT ON TABLE tenure.task_after IS
-    'Run-after dependencies: task task_id becomes due only when task after_id (and every other it names) is done.';
 
 CREATE TABLE tenure.task_kind (
     kind                text        PRIMARY KEY CHECK (btrim(kind) <> ''),

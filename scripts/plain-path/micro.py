@@ -42,19 +42,15 @@ BEGIN
 END $$"""
 
 
-def cpu(pid: int) -> float:
-    return cpu_seconds(pid)  # a backend reaps no children: its own user + system time
-
-
 def run(db: str, how: str, calls: int, backlog: int) -> tuple[float, float]:
     fill(db, backlog)
     with psycopg.connect(conninfo(db), autocommit=True) as c:
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
         # warm the caches (plans, catalog) with a few calls first
         c.execute((CYCLE if how == "cycle" else ACQUIRE) % {"calls": 20})
-        c0, w0 = cpu(pid), time.monotonic()
+        c0, w0 = cpu_seconds(pid), time.monotonic()  # a backend's own user + system time
         c.execute((CYCLE if how == "cycle" else ACQUIRE) % {"calls": calls})
-        c1, w1 = cpu(pid), time.monotonic()
+        c1, w1 = cpu_seconds(pid), time.monotonic()
     return 1000 * (c1 - c0) / calls, 1000 * (w1 - w0) / calls
 
 

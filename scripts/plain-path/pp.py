@@ -53,12 +53,7 @@ WORK = Path(tempfile.mkdtemp(prefix="speed28-pp-"))
 
 
 POSTMASTER = int(Path(os.environ.get("PP_PGDATA", "/tmp/plain28pg/data"), "postmaster.pid").read_text().split()[0])
-SERVER = ServerCpu(POSTMASTER)
-
-
-def server_cpu() -> float:
-    """Seconds of CPU the cluster used so far (tenure.bench.common.ServerCpu, as the bench reads it)."""
-    return SERVER.seconds()
+SERVER = ServerCpu(POSTMASTER)  # seconds of CPU the cluster used so far, as the bench reads it
 
 
 def count_done(db: str, since: object = None, until: object = None) -> int:
@@ -116,7 +111,7 @@ def measure(label: str, how: str, seconds: int, backlog: int) -> tuple[float, fl
     db = DB_NAMES[label]
     fill(db, backlog)
     time.sleep(0.5)  # the fill's backend exits first
-    cpu0 = server_cpu()
+    cpu0 = SERVER.seconds()
     if how == "cycle":
         pgbench(db, CYCLE, seconds)
         rate = count_done(db) / seconds
@@ -125,7 +120,7 @@ def measure(label: str, how: str, seconds: int, backlog: int) -> tuple[float, fl
     else:
         rate = workers(label, seconds)
     time.sleep(0.3)  # the backends exit, their CPU time lands in the postmaster's
-    cpu = server_cpu() - cpu0
+    cpu = SERVER.seconds() - cpu0
     with psycopg.connect(conninfo(db), autocommit=True) as c:
         left = c.execute("SELECT count(*) FROM tenure.task WHERE status = 'pending'").fetchone()[0]
         done = c.execute("SELECT count(*) FROM tenure.task WHERE status = 'done'").fetchone()[0]
