@@ -24,16 +24,22 @@ class PausingProxy:
         self.upstream = (upstream_host, upstream_port)
         self._listener = listener or socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
-        self._flowing = threading.Event()
-        self._flowing.set()
+        self._requests_flow = threading.Event()  # client to server
+        self._answers_flow = threading.Event()  # server to client
+        self.resume()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
 
-    def pause(self) -> None:
-        self._flowing.clear()
+    def pause(self, *, requests_only: bool = False) -> None:
+        """Hold what either side sends, or (``requests_only``) what clients send: answers to
+        requests already forwarded still arrive, so the next request is the first held."""
+        self._requests_flow.clear()
+        if not requests_only:
+            self._answers_flow.clear()
 
     def resume(self) -> None:
-        self._flowing.set()
+        self._requests_flow.set()
+        self._answers_flow.set()
 
     def reset(self) -> None:
         """Cut every open connection at once, as a network reset does; new ones still pass."""
@@ -51,13 +57,16 @@ class PausingProxy:
                 return
             server = socket.create_connection(self.upstream)
             self._sockets += [client, server]
-            for source, target in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+            for source, target, flow in (
+                (client, server, self._requests_flow),
+                (server, client, self._answers_flow),
+            ):
+                threading.Thread(target=self._pump, args=(source, target, flow), daemon=True).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+    def _pump(self, source: socket.socket, target: socket.socket, flow: threading.Event) -> None:
         try:
             while chunk := source.recv(65536):
-                self._flowing.wait()
+                flow.wait()
                 if self._closed.is_set():
                     return
                 target.sendall(chunk)
@@ -76,7 +85,7 @@ class PausingProxy:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._closed.set()
-        self._flowing.set()
+        self.resume()
         self._listener.close()
         for sock in self._sockets:
             sock.close()

@@ -113,7 +113,7 @@ def test_a_lease_answered_late_is_lost_at_the_end_of_its_safe_window(
         # watchdog's next wake-up; then the network pauses again, so no extension gets through.
         with TaskWorker(via_proxy, {"late": hold}, concurrency=1, lease=3.0, poll_interval=0.05):
             time.sleep(1.2)
-            proxy.pause()
+            proxy.pause(requests_only=True)  # a poll in flight is answered; the next is held
             Driver(admin).task_enqueue("late")
             time.sleep(1.7)
             proxy.resume()
@@ -149,7 +149,7 @@ def test_an_async_lease_answered_late_is_lost_at_the_end_of_its_safe_window(
 
         async with AsyncTaskWorker(conninfo, {"late": hold}, concurrency=1, lease=3.0, poll_interval=0.05):
             await asyncio.sleep(1.2)
-            proxy.pause()
+            proxy.pause(requests_only=True)
             Driver(admin).task_enqueue("late")
             await asyncio.sleep(1.7)
             proxy.resume()
