@@ -403,6 +403,37 @@ def test_a_peer_worker_dies_with_the_bench_that_started_it(
         os.close(hold)
 
 
+def test_a_process_the_bench_starts_dies_with_the_bench(tmp_path: Path) -> None:
+    """The bench's own workers, producers and pgbench runs are started by start_process: a
+    stand-in for the bench starts one and is SIGKILLed; the process must be gone soon after
+    (a bench killed mid-run left its task workers taking the next run's tasks)."""
+    log = tmp_path / "child.log"
+    bench = (
+        "import time\n"
+        "from pathlib import Path\n"
+        "from tenure.bench.common import start_process\n"
+        f"child = start_process(['sleep', '120'], Path({str(log)!r}))\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", bench], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert alive(child)
+        parent.kill()
+        parent.wait()
+        end = time.monotonic() + 10
+        while alive(child):
+            if time.monotonic() > end:
+                os.kill(child, signal.SIGKILL)
+                pytest.fail(f"the process {child} outlived the bench that started it")
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 def alive(pid: int) -> bool:
     """``pid`` runs (a zombie waiting for whoever adopted it counts as dead)."""
     try:

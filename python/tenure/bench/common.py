@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from tenure.testing.procs import die_with_parent
+
 
 @dataclass(frozen=True)
 class PgbenchResult:
@@ -156,6 +158,16 @@ def growth(before: TableState, after: TableState) -> str:
     updates = after.updates - before.updates
     hot = 100 * (after.hot_updates - before.hot_updates) / updates if updates else 0.0
     return f"{before.pages:,} -> {after.pages:,} ({hot:.0f}%)"
+
+
+def start_process(command: Sequence[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """command in a process of its own, its output to ``log``, that the kernel stops
+    (SIGTERM) when the bench ends, however it ends: a bench killed leaves no worker behind
+    to take the next run's tasks."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, **popen
+        )
 
 
 def stop_processes(processes: Sequence[tuple[subprocess.Popen[bytes], Path]]) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import psycopg
 
 from tenure.bench import pacing
-from tenure.bench.common import Repeated, percentile, stop_processes
+from tenure.bench.common import Repeated, percentile, start_process, stop_processes
 from tenure.bench.peers import (
     LEFT_SQL,
     PEER_PROCESSES,
@@ -187,11 +187,7 @@ def producers(
         for k in range(PRODUCERS):
             log, out = workdir / f"{name}-producer-{k}.log", workdir / f"{name}-produced-{k}.txt"
             extra = ["--share", str(k), "--shares", str(PRODUCERS), "--out", str(out)]
-            with open(log, "wb") as sink:
-                process = subprocess.Popen(
-                    [*command, *extra], stdin=subprocess.PIPE, stdout=sink, stderr=subprocess.STDOUT
-                )
-            started.append((process, log, out))
+            started.append((start_process([*command, *extra], log, stdin=subprocess.PIPE), log, out))
         yield started
     finally:
         stop_processes([(process, log) for process, log, _ in started])

@@ -43,7 +43,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, ServerCpu, cpu_of, scalar, stop_processes
+from tenure.bench.common import Repeated, ServerCpu, cpu_of, scalar, start_process, stop_processes
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
@@ -233,9 +233,7 @@ def floor_rate(
     ]
     log = workdir / f"peers-floor-{clients}.log"
     loaded_at = server_epoch(admin)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    processes = [(process, log)]
+    processes = [(start_process(command, log), log)]
     try:
         rate = drain(
             admin,
@@ -275,11 +273,7 @@ def peer_workers(
     try:
         for n in range(1, count + 1):
             log = logs.with_name(f"{logs.name}-{n}.log")
-            with open(log, "wb") as out:
-                process = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT
-                )
-                processes.append((process, log))
+            processes.append((start_process(command, log, stdin=subprocess.PIPE), log))
         for process, log in processes:
             wait_ready(process, log)
         yield processes

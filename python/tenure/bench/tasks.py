@@ -34,6 +34,7 @@ from tenure.bench.common import (
     ratio_spread,
     round_ratios,
     scalar,
+    start_process,
     startup,
     stop_processes,
 )
@@ -186,8 +187,7 @@ def task_workers(
     try:
         for n in range(1, count + 1):
             log_path = logs.with_name(f"{logs.name}-{n}.log")
-            with open(log_path, "wb") as log:
-                processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log_path))
+            processes.append((start_process(command, log_path), log_path))
         for process, log_path in processes:
             wait_started(process, log_path)
         yield processes
