@@ -389,14 +389,7 @@ def test_a_peer_worker_dies_with_the_bench_that_started_it(
         while "ready" not in log.read_text().split():
             assert time.monotonic() < end, log.read_text()
             time.sleep(0.05)
-        parent.kill()
-        parent.wait()
-        end = time.monotonic() + 10
-        while alive(worker):
-            if time.monotonic() > end:
-                os.kill(worker, signal.SIGKILL)
-                pytest.fail(f"the worker {worker} outlived the bench that started it:\n{log.read_text()}")
-            time.sleep(0.05)
+        assert_dies_with(parent, worker, log)
     finally:
         parent.kill()
         parent.wait()
@@ -421,17 +414,22 @@ def test_a_process_the_bench_starts_dies_with_the_bench(tmp_path: Path) -> None:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
         assert alive(child)
-        parent.kill()
-        parent.wait()
-        end = time.monotonic() + 10
-        while alive(child):
-            if time.monotonic() > end:
-                os.kill(child, signal.SIGKILL)
-                pytest.fail(f"the process {child} outlived the bench that started it")
-            time.sleep(0.05)
+        assert_dies_with(parent, child, log)
     finally:
         parent.kill()
         parent.wait()
+
+
+def assert_dies_with(parent: subprocess.Popen[str], pid: int, log: Path) -> None:
+    """SIGKILL ``parent``: process ``pid`` it started must be gone within 10 s."""
+    parent.kill()
+    parent.wait()
+    end = time.monotonic() + 10
+    while alive(pid):
+        if time.monotonic() > end:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"process {pid} outlived the bench that started it:\n{log.read_text()}")
+        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
