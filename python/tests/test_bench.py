@@ -56,7 +56,7 @@ def test_every_section_runs_and_reports(admin_conninfo: str, tmp_path: Path) -> 
     result = subprocess.run(
         [
             *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, *SMALL),
-            *("--sections", EXCEPT_PEERS, "--workdir", str(tmp_path)),
+            *("--sections", EXCEPT_PEERS, "--workdir", str(tmp_path / "not-yet")),
         ],
         capture_output=True,
         text=True,

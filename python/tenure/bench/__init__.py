@@ -145,6 +145,7 @@ def run_bench(
     sync_batches: list[int] | None = None,
 ) -> int:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tenure-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     with psycopg.connect(admin_conninfo, autocommit=True) as admin:
         admin.execute("CREATE SCHEMA IF NOT EXISTS tenure_bench")
         admin.execute("CREATE TABLE IF NOT EXISTS tenure_bench.row (id int PRIMARY KEY, v bigint NOT NULL)")
@@ -513,8 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workdir",
         type=Path,
         default=None,
-        help="an existing directory for the logs and pictures (a new tenure-bench-* in the temporary "
-        "directory, kept)",
+        help="a directory for the logs and pictures, made if missing (a new tenure-bench-* in the "
+        "temporary directory, kept)",
     )
     parser.add_argument(
         "--peers-python",
