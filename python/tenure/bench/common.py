@@ -160,13 +160,15 @@ def growth(before: TableState, after: TableState) -> str:
     return f"{before.pages:,} -> {after.pages:,} ({hot:.0f}%)"
 
 
-def start_process(command: Sequence[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
-    """command in a process of its own, its output to ``log``, that the kernel stops
-    (SIGTERM) when the bench ends, however it ends: a bench killed leaves no worker behind
-    to take the next run's tasks."""
+def start_process(
+    command: Sequence[str], log: Path, *, stdout: int | None = None, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """command in a process of its own, its output (its standard error only, with ``stdout``
+    such as subprocess.PIPE) to ``log``, that the kernel stops (SIGTERM) when the bench ends,
+    however it ends: a bench killed leaves no worker behind to take the next run's tasks."""
     with open(log, "wb") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, **popen
+            command, stdout=out if stdout is None else stdout, stderr=out, preexec_fn=die_with_parent, **popen
         )
 
 

@@ -450,10 +450,7 @@ def most_leased(admin: psycopg.Connection[Any]) -> int:
 def noop_http_handler(logs: Path) -> Iterator[str]:
     """The bench's no-op HTTP task handler (tenure.bench.shim_handler) in a process of its own:
     its URL while the block runs."""
-    with open(logs, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tenure.bench.shim_handler"], stdout=subprocess.PIPE, stderr=log
-        )
+    process = start_process([sys.executable, "-m", "tenure.bench.shim_handler"], logs, stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None
         port = process.stdout.readline().decode().strip()
