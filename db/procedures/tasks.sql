@@ -553,8 +553,9 @@ BEGIN
     -- do not count against p_limit: look again for the rest.
     LOOP
         IF v_controlled IS NOT NULL THEN
-            SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
-              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy) c;
+            SELECT coalesce(array_agg(c.id ORDER BY c.ord), '{}') INTO v_ids
+              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy)
+                   WITH ORDINALITY AS c (id, kind, until, ord);
         -- The highest priority first, by one range scan of the index that stops at the
         -- first task not due yet (the priority found by one probe): with as many due there
         -- as wanted (one priority and a backlog, the common case) that is the only
@@ -639,35 +640,43 @@ BEGIN
         EXIT WHEN cardinality(v_ids) = 0;
         WITH taken AS (
             UPDATE tenure.task AS t
-               SET owner       = CASE WHEN d.dies THEN NULL ELSE p_owner END,
-                   epoch       = CASE WHEN d.dies THEN t.epoch ELSE t.epoch + 1 END,
-                   status      = CASE WHEN d.dies THEN 'dead' ELSE 'pending' END,
-                   leased_at   = CASE WHEN d.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) END,
-                   next_action = CASE WHEN d.dies THEN NULL ELSE coalesce(p_now, clock_timestamp()) + p_lease END,
-                   finished_at = CASE WHEN d.dies THEN coalesce(p_now, clock_timestamp()) END,
+               SET owner       = p_owner,
+                   epoch       = t.epoch + 1,
+                   leased_at   = coalesce(p_now, clock_timestamp()),
+                   next_action = coalesce(p_now, clock_timestamp()) + p_lease,
                    last_action = coalesce(p_now, clock_timestamp()),
                    -- A lease that ran out without a word was a failed attempt.
                    attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
                    last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
                                       ELSE format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
                                  END
-              FROM (SELECT x.id, x.owner IS NOT NULL AND x.attempts + 1 >= x.max_attempts AS dies,
-                           x.next_action AS due_at, x.priority
-                      FROM tenure.task x WHERE x.id = ANY (v_ids)) d
-             WHERE t.id = d.id
-            RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.status, t.owner, t.leased_at,
-                      d.due_at, d.priority
+              FROM unnest(v_ids) WITH ORDINALITY AS d (id, ord)
+             WHERE t.id = d.id AND (t.owner IS NULL OR t.attempts + 1 < t.max_attempts)
+            RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.owner, t.leased_at, d.ord
         ), logged AS (
             INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how, generation)
             SELECT k.id, k.epoch, k.owner, k.leased_at, 'acquired', (SELECT tenure._current_generation())  -- once per call
-              FROM taken k WHERE k.status = 'pending'
+              FROM taken k
         )
         SELECT coalesce(array_agg((k.id, k.kind, k.state, k.data, k.epoch, k.attempts, k.next_action)::tenure.task_lease
-                                  ORDER BY k.priority DESC, k.due_at) FILTER (WHERE k.status = 'pending'), '{}'),
-               array_agg(k.id) FILTER (WHERE k.status = 'dead'),
+                                  ORDER BY k.ord), '{}'),
                max(k.leased_at)
-          INTO v_leases, v_died, v_leased_at
+          INTO v_leases, v_leased_at
           FROM taken k;
+        -- The others' leases ran out on their last attempt: they die instead.
+        v_died := NULL;
+        IF cardinality(v_leases) < cardinality(v_ids) THEN
+            WITH died AS (
+                UPDATE tenure.task AS t
+                   SET owner = NULL, status = 'dead', leased_at = NULL, next_action = NULL,
+                       finished_at = coalesce(p_now, clock_timestamp()), last_action = coalesce(p_now, clock_timestamp()),
+                       attempts = t.attempts + 1,
+                       last_error = format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
+                 WHERE t.id = ANY (v_ids) AND t.owner IS NOT NULL AND t.attempts + 1 >= t.max_attempts
+                RETURNING t.id
+            )
+            SELECT array_agg(k.id) INTO v_died FROM died k;
+        END IF;
         IF v_controlled IS NOT NULL THEN
             -- The rate log of the rate-limited kinds leased (at the latest lease time:
             -- a lease leaves the window no earlier than it should).
@@ -1789,7 +1798,7 @@ DECLARE
 BEGIN
     PERFORM tenure._check_prune('task_prune', p_older_than, p_limit);
     PERFORM tenure._durable();
-    -- The lease log goes with each task (ON DELETE CASCADE). A task locked by someone
+    -- The lease log goes with each task (trigger task_deleted). A task locked by someone
     -- else (task_requeue of a dead one) is skipped, left for the next call.
     -- ARRAY(...) runs the locking subquery once: as a semi join's inner side it could be
     -- rescanned per row, each rescan skipping the rows already deleted and locking more,

@@ -6,7 +6,7 @@
 -- H = 2000-02-01 (all 00:00:00 UTC): each section's tasks are not due in an earlier
 -- section's window, and tasks enqueued by the server clock are due in none of them.
 BEGIN;
-SELECT plan(233);
+SELECT plan(239);
 
 -- Runs _task_acquire and undoes it: which tasks would be leased, with no side effect.
 CREATE FUNCTION pg_temp.acquire_dry_run(p_owner uuid, p_lease interval, p_kinds text[], p_now timestamptz)
@@ -810,6 +810,46 @@ SELECT throws_ok(
     $$SELECT * FROM tenure._task_acquire('00000000-0000-0000-0000-00000000000c', '30 s', 1, NULL, now())$$,
     '42501', NULL, 'tenure_worker cannot call the time-travel function');
 RESET ROLE;
+
+-- What refers to a task goes with it ------------------------------------------------
+-- No foreign key references tenure.task (its triggers ran for every leased and finished
+-- row); statement triggers delete a task's lease log and dependencies with it, whoever
+-- deletes it.
+SELECT is((SELECT count(*) FROM pg_constraint WHERE confrelid = 'tenure.task'::regclass AND contype = 'f'), 0::bigint,
+    'no foreign key references tenure.task');
+DO $$
+BEGIN
+    PERFORM tenure.task_enqueue('logdel', p_id => '00000000-0000-0000-0000-000000000901');
+    PERFORM tenure.task_enqueue('logdel', p_id => '00000000-0000-0000-0000-000000000902');
+    PERFORM tenure.task_acquire('00000000-0000-0000-0000-00000000000d', '30 s', 2, ARRAY['logdel']);
+    PERFORM tenure.task_enqueue('logdel', p_id => '00000000-0000-0000-0000-000000000904',
+                                p_after => ARRAY['00000000-0000-0000-0000-000000000901',
+                                                 '00000000-0000-0000-0000-000000000902']::uuid[]);
+    PERFORM tenure.task_enqueue('logdel', p_id => '00000000-0000-0000-0000-000000000905',
+                                p_after => ARRAY['00000000-0000-0000-0000-000000000902']::uuid[]);
+END
+$$;
+DELETE FROM tenure.task WHERE id IN ('00000000-0000-0000-0000-000000000901', '00000000-0000-0000-0000-000000000905');
+SELECT is((SELECT array_agg(task_id) FROM tenure.task_lease_log
+            WHERE task_id IN ('00000000-0000-0000-0000-000000000901', '00000000-0000-0000-0000-000000000902')),
+    ARRAY['00000000-0000-0000-0000-000000000902']::uuid[],
+    'a task deleted by hand takes its lease log with it, and only its own');
+SELECT results_eq(
+    $$SELECT task_id, after_id FROM tenure.task_after WHERE task_id::text LIKE '00000000-0000-0000-0000-00000000090_'$$,
+    $$VALUES ('00000000-0000-0000-0000-000000000904'::uuid, '00000000-0000-0000-0000-000000000902'::uuid)$$,
+    'deleted tasks take the dependencies naming them with them, as the dependent or the dependency');
+SELECT lives_ok($$TRUNCATE tenure.task, tenure.task_lease_log, tenure.task_after CASCADE$$,
+    'the tasks and what refers to them can be truncated together');
+DO $$
+BEGIN
+    PERFORM tenure.task_enqueue('logdel', p_id => '00000000-0000-0000-0000-000000000903');
+    PERFORM tenure.task_acquire('00000000-0000-0000-0000-00000000000d', '30 s', 1, ARRAY['logdel']);
+    PERFORM tenure.task_enqueue('logdel', p_after => ARRAY['00000000-0000-0000-0000-000000000903']::uuid[]);
+END
+$$;
+SELECT lives_ok($$TRUNCATE tenure.task$$, 'tenure.task can be truncated alone');
+SELECT is((SELECT count(*) FROM tenure.task_lease_log) + (SELECT count(*) FROM tenure.task_after), 0::bigint,
+    'truncating the tasks empties the lease log and the dependencies');
 
 -- Cost -------------------------------------------------------------------------
 -- The input check is inlined where it is called: a SQL function that is not (a subquery
