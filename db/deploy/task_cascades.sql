@@ -8,13 +8,15 @@
 -- the dependencies after the tasks they run after were locked (shared) and found.
 -- What the keys' ON DELETE CASCADE did, the triggers do: any DELETE of tasks
 -- (retention, or an operator's) takes their lease log and dependencies with them, and
--- TRUNCATE of tenure.task empties both.
+-- TRUNCATE of tenure.task empties both. Like a key's cascade, which runs as the owner of
+-- the referencing table, they run as the schema's owner: a role that may delete tasks
+-- needs no privilege on the tables they clean.
 BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
 CREATE FUNCTION tenure._task_deleted() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -28,7 +30,7 @@ $$;
 -- DELETE, not TRUNCATE: a TRUNCATE naming these tables too (the quick way, which the
 -- bench takes) still has them open when this runs, and a TRUNCATE of them would fail.
 CREATE FUNCTION tenure._task_truncated() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

@@ -6,7 +6,7 @@
 -- H = 2000-02-01 (all 00:00:00 UTC): each section's tasks are not due in an earlier
 -- section's window, and tasks enqueued by the server clock are due in none of them.
 BEGIN;
-SELECT plan(239);
+SELECT plan(241);
 
 -- Runs _task_acquire and undoes it: which tasks would be leased, with no side effect.
 CREATE FUNCTION pg_temp.acquire_dry_run(p_owner uuid, p_lease interval, p_kinds text[], p_now timestamptz)
@@ -838,6 +838,18 @@ SELECT results_eq(
     $$SELECT task_id, after_id FROM tenure.task_after WHERE task_id::text LIKE '00000000-0000-0000-0000-00000000090_'$$,
     $$VALUES ('00000000-0000-0000-0000-000000000904'::uuid, '00000000-0000-0000-0000-000000000902'::uuid)$$,
     'deleted tasks take the dependencies naming them with them, as the dependent or the dependency');
+-- The triggers run as the schema's owner, as a key's cascade ran: deleting tasks needs no
+-- privilege on the tables they clean.
+CREATE ROLE tenure_test_deleter;
+GRANT USAGE ON SCHEMA tenure TO tenure_test_deleter;
+GRANT SELECT, DELETE ON tenure.task TO tenure_test_deleter;
+SET ROLE tenure_test_deleter;
+SELECT lives_ok($$DELETE FROM tenure.task WHERE id = '00000000-0000-0000-0000-000000000902'$$,
+    'a role that may delete tasks (and nothing else) deletes one with its lease log and dependencies');
+RESET ROLE;
+SELECT is((SELECT count(*) FROM tenure.task_lease_log WHERE task_id = '00000000-0000-0000-0000-000000000902')
+          + (SELECT count(*) FROM tenure.task_after WHERE after_id = '00000000-0000-0000-0000-000000000902'), 0::bigint,
+    'its lease log and the dependencies on it went with it');
 SELECT lives_ok($$TRUNCATE tenure.task, tenure.task_lease_log, tenure.task_after CASCADE$$,
     'the tasks and what refers to them can be truncated together');
 DO $$
