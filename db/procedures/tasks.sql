@@ -663,7 +663,8 @@ BEGIN
                max(k.leased_at)
           INTO v_leases, v_leased_at
           FROM taken k;
-        -- The others' leases ran out on their last attempt: they die instead.
+        -- The others (locked by the lookup, so left out only by the lease's rule) had a
+        -- lease that ran out on their last attempt: they die instead.
         v_died := NULL;
         IF cardinality(v_leases) < cardinality(v_ids) THEN
             WITH died AS (
@@ -672,7 +673,7 @@ BEGIN
                        finished_at = coalesce(p_now, clock_timestamp()), last_action = coalesce(p_now, clock_timestamp()),
                        attempts = t.attempts + 1,
                        last_error = format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
-                 WHERE t.id = ANY (v_ids) AND t.owner IS NOT NULL AND t.attempts + 1 >= t.max_attempts
+                 WHERE t.id = ANY (v_ids) AND t.id <> ALL (ARRAY(SELECT l.id FROM unnest(v_leases) l))
                 RETURNING t.id
             )
             SELECT array_agg(k.id) INTO v_died FROM died k;
