@@ -702,6 +702,11 @@ BEGIN
         -- The rate-limited kinds that hold back due tasks now, this call's own leases
         -- counted (their rows are still locked), and when each rate lets the next lease
         -- through. Not a kind also at its concurrency limit: a finishing task wakes those.
+        -- Whether a kind has a due task is one probe of task_kind_due (ORDER BY ... LIMIT
+        -- 1), not EXISTS: the generic plan made an EXISTS a semi-join that read every task
+        -- and grouped them by kind before any kind's rate was looked at, about 90 ms per
+        -- call at 100,000 tasks, so every acquisition held back by max_running (it runs
+        -- while the kind's row is locked) made the others wait that long.
         RETURN QUERY
         SELECT NULL::uuid, k.kind, NULL::text, NULL::jsonb, NULL::bigint, NULL::integer,
                (SELECT l.leased_at + k.rate_period FROM tenure.task_kind_lease l
@@ -715,9 +720,10 @@ BEGIN
                 OR k.max_running > (SELECT count(*) FROM tenure.task t
                                      WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL
                                        AND t.next_action >= v_now))
-           AND EXISTS (SELECT FROM tenure.task t
-                        WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= v_now
-                          AND (t.owner IS NULL OR t.next_action < v_now));
+           AND (SELECT true FROM tenure.task t
+                 WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= v_now
+                   AND (t.owner IS NULL OR t.next_action < v_now)
+                 ORDER BY t.priority DESC, t.next_action LIMIT 1);
     END IF;
 END
 $$;
