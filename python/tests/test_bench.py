@@ -267,7 +267,16 @@ def test_peers_section_drains_with_every_system_then_latency(
     result = subprocess.run(
         [
             *(sys.executable, "-m", "tenure", "bench", "--db", admin_conninfo, "--sections", "peers,latency"),
-            *("--peer-jobs", "400", "--peer-tenure", "1x2,2x1", "--peers-python", python),
+            *(
+                "--peer-jobs",
+                "400",
+                "--peer-seconds",
+                "0.3",
+                "--peer-tenure",
+                "1x2,2x1",
+                "--peers-python",
+                python,
+            ),
             *(
                 "--latency-rate",
                 "100",
@@ -287,13 +296,19 @@ def test_peers_section_drains_with_every_system_then_latency(
     side_by_side, _, latency = result.stdout.partition("end-to-end latency")
     _, _, side_by_side = side_by_side.partition("side by side")
     # system, configuration, jobs/s, five ratios, CPU per job of the server and of the
-    # workers (microseconds, from /proc: the test's cluster runs on this host), start-up, then
-    # the runs' spread ("1 run" here)
-    rows = re.findall(
-        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +(\d+) +(\d+) +-?\d+\.\d\d s +1 run$",
+    # workers (microseconds, from /proc: the test's cluster runs on this host), the backlog
+    # drained, start-up, then the runs' spread ("1 run" here)
+    table = re.findall(
+        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +(\d+) +(\d+) +(\d+) +-?\d+\.\d\d s +1 run$",
         side_by_side,
         re.MULTILINE,
     )
+    rows = [(system, config, rate, server, workers) for system, config, rate, server, workers, _ in table]
+    # Every run's steady window (90% to 10% left) lasted --peer-seconds (0.1) at least: the fast
+    # ones drained a backlog grown from --peer-jobs.
+    assert all(0.8 * int(jobs) / int(rate) >= 0.1 for _, _, rate, _, _, jobs in table), output
+    assert any(int(jobs) > 400 for *_, jobs in table), output
+    assert "jobs left a steady window of" in result.stdout, output
     systems = [system for system, *_ in rows]
     for system in ("floor", *PGQUEUER_BATCHES, "procrastinate", "tenure"):
         assert system in systems, f"no {system} row in the table:\n{output}"

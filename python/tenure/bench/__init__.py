@@ -127,6 +127,7 @@ def run_bench(
     replica_trials: int,
     queue_seconds: float = 5.0,
     peer_jobs: int = 20_000,
+    peer_seconds: float = 5.0,
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
     peer_systems: list[str] | None = None,
@@ -247,6 +248,7 @@ def run_bench(
                 tenure_configs=TENURE_CONFIGS if peer_tenure is None else peer_tenure,
                 repeat=repeat,
                 systems=PEER_SYSTEMS if peer_systems is None else peer_systems,
+                min_window=peer_seconds,
             )
         if "latency" in sections:
             latency_bench(
@@ -441,6 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="no-op jobs each system drains in the peers section (20000)",
     )
     parser.add_argument(
+        "--peer-seconds",
+        type=float,
+        default=5.0,
+        help="the shortest steady window (90%% to 10%% left) of a peers run: in the first round a shorter "
+        "one runs again with a larger backlog, kept in later rounds (5; 0: never)",
+    )
+    parser.add_argument(
         "--peer-tenure",
         type=_configs,
         default=None,
@@ -574,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         queue_seconds=args.queue_seconds,
         replica_trials=args.replica_trials,
         peer_jobs=args.peer_jobs,
+        peer_seconds=args.peer_seconds,
         peer_tenure=args.peer_tenure,
         peers_python=args.peers_python,
         peer_systems=args.peer_systems,

@@ -40,7 +40,7 @@ from typing import Any
 import psycopg
 
 from tenure.bench.common import Repeated, durability, percentile
-from tenure.bench.peers import LEFT_SQL, Drained, Row, best, peer_rate, tenure_rate
+from tenure.bench.peers import LEFT_SQL, PEER_PROCESSES, Drained, Row, best, peer_rate, tenure_rate
 from tenure.bench.tasks import JOBS_DDL
 from tenure.testing import procs
 from tenure.testing.patroni import BINARIES, PatroniCluster
@@ -286,9 +286,9 @@ def _run(
             flush=True,
         )
 
-        def measure(family: str, run: Callable[[], Row], round_: int) -> None:
+        def measure(family: str, system: str, config: str, run: Callable[[], Drained], round_: int) -> None:
             with ProgressSampler(conninfo, family) as sampler:
-                row = run()
+                row = Row(system, config, (run(),))
             if sampler.error is not None:
                 raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
             jobs_per_run = jobs_per_commit(sampler.samples, jobs)
@@ -315,13 +315,22 @@ def _run(
                     peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
                     option=("batch", batch), jobs=jobs, workdir=workdir,
                 )  # fmt: skip
-                measure("pgqueuer", pgqueuer, round_)
+                measure(
+                    "pgqueuer",
+                    "pgqueuer-asyncpg",
+                    f"{PEER_PROCESSES} processes x batch {batch}",
+                    pgqueuer,
+                    round_,
+                )
             for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
                 tenure = functools.partial(
                     tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
                     jobs=jobs, workdir=workdir, asynchronous=asynchronous,
                 )  # fmt: skip
-                measure("tenure", tenure, round_)
+                system = "tenure-async" if asynchronous else "tenure"
+                measure(
+                    "tenure", system, f"{processes} processes x concurrency {concurrency}", tenure, round_
+                )
     merged = list(rows.values())
     medians = "; medians of the rounds" if repeat > 1 else ""
     print(
