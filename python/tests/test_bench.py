@@ -27,6 +27,7 @@ from tenure.bench.peers import (
     PGQUEUER_BATCHES,
     Drained,
     Row,
+    headline,
     rate_between,
 )
 from tenure.bench.soak import UTYPE, SoakLog, verify
@@ -245,6 +246,33 @@ def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:
     assert rate_between([(0.0, 1000), (0.5, 1000), (1.5, 0)], 1000) == pytest.approx(800 / 0.8)
     with pytest.raises(ValueError, match="never reach"):
         rate_between([(0.0, 1000), (1.0, 500)], 1000)
+
+
+def test_the_peers_headline_holds_tenure_best_by_either_worker_to_1_5x_and_the_threaded_to_1_0x() -> None:
+    """Issue 29's goals over pgqueuer-asyncpg's best (by median): tenure's best row, threaded
+    or async, at 1.5x; the threaded TaskWorker's best at 1.0x; and each also round by round
+    over the best pgqueuer row of that round."""
+
+    def row(system: str, config: str, *rates: float) -> Row:
+        return Row(system, config, tuple(Drained(rate, 0.1, jobs=1000) for rate in rates))
+
+    rows = [
+        row("pgqueuer-asyncpg", "2 processes x batch 100", 100, 90, 80),
+        row("pgqueuer-asyncpg", "2 processes x batch 500", 110, 80, 100),  # the best: median 100
+        row("tenure", "2 processes x concurrency 1024", 120, 150, 160),
+        row("tenure-async", "2 processes x concurrency 1024", 140, 100, 130),
+    ]
+    lines = headline(rows)
+    assert "(2 processes x batch 500, 100 /s)" in lines[0], lines
+    either, threaded, asynchronous = lines[1:]
+    assert either.split()[:3] == ["tenure,", "either", "tenure"], lines
+    assert "1.50x   (goal 1.5x: holds)   rounds: 1.09 / 1.67 / 1.60" in either, lines
+    assert "1.50x   (goal 1.0x: holds)" in threaded, lines
+    assert "1.30x   rounds: 1.27 / 1.11 / 1.30" in asynchronous and "goal" not in asynchronous, lines
+    rows[2] = row("tenure", "2 processes x concurrency 1024", 90, 95, 99)
+    either, threaded, _ = headline(rows)[1:]
+    assert "tenure-async" in either and "1.30x   (goal 1.5x: NOT reached)" in either, either
+    assert "0.95x   (goal 1.0x: NOT reached)" in threaded, threaded
 
 
 def test_jobs_per_commit_counts_the_transaction_ids_of_the_steady_window() -> None:

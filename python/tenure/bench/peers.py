@@ -57,7 +57,7 @@ from tenure.bench.common import (
 from tenure.bench.tasks import BARE_CLAIM_SQL, LOAD_SQL, TASK_KIND, clean, fill, task_workers
 
 # tenure's configurations, (worker processes, --concurrency of each): extend here.
-TENURE_CONFIGS: list[tuple[int, int]] = [(2, 4), (2, 16), (2, 64), (3, 64), (2, 256), (4, 1)]
+TENURE_CONFIGS: list[tuple[int, int]] = [(2, 4), (2, 16), (2, 64), (3, 64), (2, 256), (2, 1024), (4, 1)]
 
 FLOOR_CLIENTS = (4, 8)  # pgbench clients of the bare floor
 
@@ -424,14 +424,25 @@ GOALS: list[tuple[str, tuple[str, ...], float | None]] = [
 ]
 
 
+def round_ratios(row: Row, peers: Sequence[Row]) -> list[float]:
+    """Round by round, ``row``'s jobs/s over the best of ``peers`` in the same round."""
+    return [
+        run.rate / max(peer.runs[n].rate for peer in peers)
+        for n, run in enumerate(row.runs)
+        if all(len(peer.runs) > n for peer in peers)
+    ]
+
+
 def headline(rows: Sequence[Row]) -> list[str]:
     """tenure's best configuration (either worker), the threaded and the async worker's best,
-    over pgqueuer's best (asyncpg, the best of its batch sizes), with the goal of each."""
+    over pgqueuer's best (asyncpg, the best of its batch sizes), with the goal of each, and
+    round by round over pgqueuer's best in that round."""
     reference = best(rows, "pgqueuer-asyncpg")
     if reference is None:
         return []
     title = f"tenure's best over pgqueuer-asyncpg's best ({reference.config}, {reference.rate:.0f} /s)"
     lines = [f"  headline: {title}:"]
+    peers = [row for row in rows if row.system == "pgqueuer-asyncpg"]
     for label, systems, goal in GOALS:
         row = best(rows, *systems)
         if row is not None:
@@ -441,9 +452,11 @@ def headline(rows: Sequence[Row]) -> list[str]:
                 if goal is None
                 else f"   (goal {goal:.1f}x: {'holds' if ratio >= goal else 'NOT reached'})"
             )
+            rounds = round_ratios(row, peers)
+            paired = f"   rounds: {' / '.join(f'{r:.2f}' for r in rounds)}" if len(rounds) > 1 else ""
             lines.append(
                 f"    {label:<15} {row.system:<13} {row.config:<32} {row.rate:8.0f} /s"
-                f"   {ratio:.2f}x{verdict}"
+                f"   {ratio:.2f}x{verdict}{paired}"
             )
     return lines
 

@@ -40,7 +40,16 @@ from typing import Any
 import psycopg
 
 from tenure.bench.common import Repeated, durability, percentile
-from tenure.bench.peers import LEFT_SQL, PEER_PROCESSES, Drained, Row, best, peer_rate, tenure_rate
+from tenure.bench.peers import (
+    LEFT_SQL,
+    PEER_PROCESSES,
+    Drained,
+    Row,
+    best,
+    peer_rate,
+    round_ratios,
+    tenure_rate,
+)
 from tenure.bench.tasks import JOBS_DDL
 from tenure.testing import procs
 from tenure.testing.patroni import BINARIES, PatroniCluster
@@ -190,12 +199,7 @@ def headline(rows: Sequence[SyncRow]) -> list[str]:
     for system in ("tenure", "tenure-async"):
         row = best(plain, system)
         if row is not None:
-            # round by round: this configuration over pgqueuer's best in the same round
-            rounds = [
-                run.rate / max(peer.runs[n].rate for peer in peers)
-                for n, run in enumerate(row.runs)
-                if all(len(peer.runs) > n for peer in peers)
-            ]
+            rounds = round_ratios(row, peers)
             paired = f" (rounds: {' / '.join(f'{r:.2f}' for r in rounds)})" if len(rounds) > 1 else ""
             lines.append(
                 f"    {system:<14} {row.config:<32} {row.rate:8.0f} /s   "
