@@ -1,13 +1,16 @@
 """Peers: tenure's task workers side by side with pgqueuer and procrastinate, on the same
 cluster in the same run, against the bare two-commit SKIP LOCKED floor.
 
-Every system drains the same number of no-op jobs, and every one is measured the same way,
-from the database: what is left is counted every 0.1 s, and the rate is the jobs finished
+Every system drains a backlog of no-op jobs (``--peer-jobs``), and every one is measured
+the same way, from the database: what is left is counted every 0.1 s or more (by one
+backend, no more often than 20 times what a count costs), and the rate is the jobs finished
 between 10% and 90% drained, by the server's clock, divided by the time that took
 (start-up and the tail are outside the window; the start-up is reported apart: the time
-from the load to 10% drained less the time the steady rate takes for 10%). With ``--repeat
-N`` every system and configuration runs N times, in N interleaved rounds (each round runs
-them all once), and the table shows the median of each row with the spread of its runs.
+from the load to 10% drained less the time the steady rate takes for 10%). A run whose
+window is shorter than ``--peer-seconds`` runs again in the first round with a larger
+backlog, which its row keeps. With ``--repeat N`` every system and configuration runs N
+times, in N interleaved rounds (each round runs them all once), and the table shows the
+median of each row with the spread of its runs.
 The whole backlog is loaded in one transaction and its table analyzed while every worker
 process is up and idle: the peers' processes wait, ready, for a word to start their worker
 loops; tenure's, started on an empty queue, find the backlog at their next poll (every
