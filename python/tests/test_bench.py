@@ -332,9 +332,9 @@ def test_peers_section_drains_with_every_system_then_latency(
         re.MULTILINE,
     )
     rows = [(system, config, rate, server, workers) for system, config, rate, server, workers, _ in table]
-    # Every run's steady window (90% to 10% left) lasted --peer-seconds (0.1) at least: the fast
-    # ones drained a backlog grown from --peer-jobs.
-    assert all(0.8 * int(jobs) / int(rate) >= 0.1 for _, _, rate, _, _, jobs in table), output
+    # Every run's steady window (90% to 10% left) lasted --peer-seconds (0.3) at least: the fast
+    # ones drained a backlog grown from --peer-jobs (the rate is printed rounded: within 0.5).
+    assert all(0.8 * int(jobs) / (int(rate) - 0.5) >= 0.3 for _, _, rate, _, _, jobs in table), output
     assert any(int(jobs) > 400 for *_, jobs in table), output
     assert "jobs left a steady window of" in result.stdout, output
     systems = [system for system, *_ in rows]
