@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tenure.bench import SECTIONS
+from tenure.bench.batches import MIN_COUNTS, steady
 from tenure.bench.common import Rate, Repeated, interleaved, rate_line, ratio_spread, steady_tps
 from tenure.bench.latency import targets
 from tenure.bench.memory import rss_mib
@@ -187,6 +188,20 @@ def test_pgbench_rows_leave_their_first_second_out_as_the_start_up() -> None:
     assert steady == pytest.approx(1100.0)
     assert startup == pytest.approx(1 - 600 / 1100)  # the first second did 600 of the steady 1,100
     assert steady_tps("progress: 1.0 s, 600.0 tps, lat 3.3 ms stddev 1.0, 0 failed\n", 640.0) == (640.0, None)
+
+
+def test_a_queue_run_is_measured_between_its_10_and_90_percent_and_knows_when_it_was_too_short() -> None:
+    # started at 0, nothing done in the first second, then 20 a second: 10% at 1.5 s, 90% at 5.5 s
+    run = steady([(0.0, 0), (1.0, 0), (2.0, 20), (3.0, 40), (4.0, 60), (5.0, 80), (6.0, 100)], 100)
+    assert run.rate == pytest.approx(20.0)
+    assert run.window == pytest.approx(4.0)
+    assert run.startup == pytest.approx(1.5)  # 10% seen at 2 s, less the half second 10% takes
+    assert run.counts == 4 >= MIN_COUNTS
+    assert run.every == pytest.approx(1.0)
+    # done before the first count: the rate is the whole run's, start-up in; no count inside
+    short = steady([(10.0, 0), (10.5, 16)], 16)
+    assert short.rate == pytest.approx(32.0)
+    assert short.counts == 0 < MIN_COUNTS
 
 
 @pytest.mark.timeout(120)

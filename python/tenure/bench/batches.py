@@ -95,7 +95,8 @@ def window_fairness(submissions: list[tuple[float, str]], keys: list[str], per_k
 
 
 def steady_rate(samples: list[tuple[float, int]], total: int) -> float:
-    """Batches per second between 10% and 90% of ``total`` done (start-up and tail left out)."""
+    """Batches per second between 10% and 90% of ``total`` done (start-up and tail left out).
+    ``samples`` (seconds, done) begin with the run's start, when nothing was done."""
 
     def when(target: float) -> float:
         for (t0, n0), (t1, n1) in itertools.pairwise(samples):
@@ -119,18 +120,30 @@ class Steady:
     startup: float  # from the start (the pool's, or the naive threads') to 10% committed, less the
     # time the steady rate takes for 10%: what starting cost
     window: float  # from 10% to 90% committed
+    counts: int  # how many counts fell inside the window: with fewer than MIN_COUNTS the rate
+    # is an interpolation across the start-up or the tail, not a measure of the steady state
+    every: float  # seconds between counts, on average
 
 
-def steady(samples: list[tuple[float, int]], total: int, started: float) -> Steady:
+MIN_COUNTS = 3
+
+
+def steady(samples: list[tuple[float, int]], total: int) -> Steady:
+    """The run of ``samples`` (seconds, done), the first its start with nothing done."""
     rate = steady_rate(samples, total)
     window = 0.8 * total / rate
-    first = next((t for t, n in samples if n >= 0.1 * total), samples[-1][0])
-    return Steady(total, rate, first - started - 0.1 * total / rate, window)
+    first = next(t for t, n in samples if n >= 0.1 * total)
+    counts = sum(0.1 * total < n < 0.9 * total for _, n in samples)
+    every = (samples[-1][0] - samples[0][0]) / (len(samples) - 1)
+    return Steady(total, rate, first - samples[0][0] - 0.1 * total / rate, window, counts, every)
 
 
-def watch(count: Callable[[], int], total: int, *, timeout: float) -> list[tuple[float, int]]:
-    samples = [(time.monotonic(), count())]
-    deadline = samples[0][0] + timeout
+def watch(count: Callable[[], int], total: int, *, started: float, timeout: float) -> list[tuple[float, int]]:
+    """Count what is done every 0.05 s or more until ``total`` is; the first sample is
+    (``started``, 0), the run's start, so that a run done before the first count still
+    has its 10% and 90% between two samples."""
+    samples = [(started, 0)]
+    deadline = started + timeout
     while samples[-1][1] < total:
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {samples[-1][1]} of {total} batches done in {timeout:.0f} s")
@@ -174,7 +187,7 @@ def serving(conninfo: str, keyspace: str, ledger: RecordingLedger, *, depth: int
 
 def tenure_run(
     admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], mode: str, depth: int
-) -> tuple[list[tuple[float, int]], RecordingLedger, float]:
+) -> tuple[list[tuple[float, int]], RecordingLedger]:
     keyspace = f"bench-{mode}-{len(plan)}-{depth}"
     retire_keyspace(admin, keyspace)
     total = enqueue(admin, keyspace, plan, mode)
@@ -188,14 +201,14 @@ def tenure_run(
     ledger = RecordingLedger()
     started = time.monotonic()  # the pool's start (its claims on the keys) is part of the start-up
     with serving(conninfo, keyspace, ledger, depth=depth):
-        samples = watch(committed, total, timeout=600)
+        samples = watch(committed, total, started=started, timeout=600)
     retire_keyspace(admin, keyspace)
-    return samples, ledger, started
+    return samples, ledger
 
 
 def naive_run(
     admin: psycopg.Connection[Any], conninfo: str, *, plan: list[tuple[str, int]], threads: int = 8
-) -> tuple[list[tuple[float, int]], RecordingLedger, float]:
+) -> tuple[list[tuple[float, int]], RecordingLedger]:
     admin.execute("TRUNCATE tenure_bench.naive_batch")
     with admin.cursor() as cursor:
         cursor.executemany(
@@ -228,10 +241,10 @@ def naive_run(
     started = time.monotonic()
     for worker in workers:
         worker.start()
-    samples = watch(done, total, timeout=600)
+    samples = watch(done, total, started=started, timeout=600)
     for worker in workers:
         worker.join()
-    return samples, ledger, started
+    return samples, ledger
 
 
 def even_plan(keys: int, batches: int) -> list[tuple[str, int]]:
@@ -282,18 +295,24 @@ def queue_bench(
                 plan = even_plan(count, count * per_key[label])
                 total = sum(n for _, n in plan)
                 if mode:
-                    samples, _, began = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)
+                    samples, _ = tenure_run(admin, conninfo, plan=plan, mode=mode, depth=depth)
                 else:
-                    samples, _, began = naive_run(admin, conninfo, plan=plan)
-                run = steady(samples, total, began)
+                    samples, _ = naive_run(admin, conninfo, plan=plan)
+                run = steady(samples, total)
                 curves[f"{count} keys, {label}"] = samples
-                if not (run.window < min_window and total < MAX_QUEUE_BATCHES and round_ == 1):
+                # a run too short to measure grows in any round; one shorter than asked, in the first
+                unmeasured = run.counts < MIN_COUNTS
+                wanted = max(
+                    min_window if round_ == 1 else 0.0, (MIN_COUNTS + 1) * run.every if unmeasured else 0.0
+                )
+                if total >= MAX_QUEUE_BATCHES or (run.window >= wanted and not unmeasured):
                     return run
-                grown = per_key[label] * min_window * 1.25 / max(run.window, 0.05)
+                grown = per_key[label] * wanted * 1.25 / max(run.window, 0.05)
                 per_key[label] = min(max(int(grown) + 1, 2 * per_key[label]), MAX_QUEUE_BATCHES // count)
+                why = f"only {run.counts} counts inside it" if unmeasured else ""
                 print(
                     f"    ({count} keys, {label}: {total:,} batches left a steady window of "
-                    f"{run.window:.1f} s; again with {count * per_key[label]:,})",
+                    f"{run.window:.1f} s{f', {why}' if why else ''}; again with {count * per_key[label]:,})",
                     flush=True,
                 )
 

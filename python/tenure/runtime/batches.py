@@ -482,7 +482,9 @@ class Submissions:
         self.metrics.batches_selected.labels(self.keyspace).inc(len(batches))
 
     def _selection_failed(self, error: psycopg.Error) -> None:
-        log.warning("%s: selecting batches failed: %s", self.keyspace, error)
+        # stop cuts a call still in flight: that is the stop, not a failure
+        level = logging.DEBUG if self._stopping else logging.WARNING
+        log.log(level, "%s: selecting batches failed: %s", self.keyspace, error)
 
     def _turn(self, batch: BatchGrant) -> bool | None:
         """Whether ``batch`` may go now (True), never (False: the key was lost meanwhile,
@@ -624,7 +626,12 @@ class Submissions:
 
     def _monitor_failed(self, error: Exception) -> None:
         if isinstance(error, psycopg.Error):
-            log.warning("%s: monitoring failed: %s", self.keyspace, error)
+            log.log(
+                logging.DEBUG if self._stopping else logging.WARNING,
+                "%s: monitoring failed: %s",
+                self.keyspace,
+                error,
+            )
         else:
             log.error("%s: the status function failed", self.keyspace, exc_info=error)
 
