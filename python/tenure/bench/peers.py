@@ -344,6 +344,19 @@ def peer_rate(
     return rate
 
 
+def peer_key(peer: str, option: tuple[str, int]) -> tuple[str, str]:
+    """A peer's row: its system and how it ran, e.g. ("pgqueuer-asyncpg", "2 processes x batch 100")."""
+    name, value = option
+    return peer, f"{PEER_PROCESSES} processes x {name} {value}"
+
+
+def tenure_key(processes: int, concurrency: int, asynchronous: bool) -> tuple[str, str]:
+    """tenure's row: "tenure" (threaded workers) or "tenure-async", and how it ran."""
+    return (
+        "tenure-async" if asynchronous else "tenure"
+    ), f"{processes} processes x concurrency {concurrency}"
+
+
 def tenure_rate(
     admin: psycopg.Connection[Any],
     conninfo: str,
@@ -358,7 +371,7 @@ def tenure_rate(
     (with ``asynchronous``, ``tenure task worker --async``: system ``tenure-async``)."""
     clean(admin)
     admin.execute("CHECKPOINT")
-    system = "tenure-async" if asynchronous else "tenure"
+    system, _ = tenure_key(processes, concurrency, asynchronous)
     options = ("--concurrency", str(concurrency), "--poll-interval", "0.05")
     logs = workdir / f"peers-{system}-{processes}x{concurrency}"
     with task_workers(conninfo, processes, *options, logs=logs, asynchronous=asynchronous) as workers:
@@ -548,15 +561,13 @@ def peers_bench(
         )
     options = [(peer, ("batch", batch)) for peer, batches in PGQUEUER_BATCHES.items() for batch in batches]
     options += [("procrastinate", ("concurrency", concurrency)) for concurrency in PROCRASTINATE_CONCURRENCY]
-    for peer, (name, value) in options:
+    for peer, option in options:
         if peer in systems:
-            runners[peer, f"{PEER_PROCESSES} processes x {name} {value}"] = functools.partial(
-                peer_rate, admin, conninfo, python=python, peer=peer, option=(name, value), workdir=workdir
+            runners[peer_key(peer, option)] = functools.partial(
+                peer_rate, admin, conninfo, python=python, peer=peer, option=option, workdir=workdir
             )
     for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
-        runners[
-            "tenure-async" if asynchronous else "tenure", f"{processes} processes x concurrency {concurrency}"
-        ] = functools.partial(
+        runners[tenure_key(processes, concurrency, asynchronous)] = functools.partial(
             tenure_rate,
             admin,
             conninfo,

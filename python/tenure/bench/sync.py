@@ -42,12 +42,13 @@ import psycopg
 from tenure.bench.common import Repeated, durability, percentile
 from tenure.bench.peers import (
     LEFT_SQL,
-    PEER_PROCESSES,
     Drained,
     Row,
     best,
+    peer_key,
     peer_rate,
     round_ratios,
+    tenure_key,
     tenure_rate,
 )
 from tenure.bench.tasks import JOBS_DDL
@@ -319,22 +320,13 @@ def _run(
                     peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
                     option=("batch", batch), jobs=jobs, workdir=workdir,
                 )  # fmt: skip
-                measure(
-                    "pgqueuer",
-                    "pgqueuer-asyncpg",
-                    f"{PEER_PROCESSES} processes x batch {batch}",
-                    pgqueuer,
-                    round_,
-                )
+                measure("pgqueuer", *peer_key("pgqueuer-asyncpg", ("batch", batch)), pgqueuer, round_)
             for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
                 tenure = functools.partial(
                     tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
                     jobs=jobs, workdir=workdir, asynchronous=asynchronous,
                 )  # fmt: skip
-                system = "tenure-async" if asynchronous else "tenure"
-                measure(
-                    "tenure", system, f"{processes} processes x concurrency {concurrency}", tenure, round_
-                )
+                measure("tenure", *tenure_key(processes, concurrency, asynchronous), tenure, round_)
     merged = list(rows.values())
     medians = "; medians of the rounds" if repeat > 1 else ""
     print(
