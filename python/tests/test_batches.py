@@ -110,7 +110,14 @@ def callbacks(flavour: Flavour, ledger: SimulatedLedger) -> dict[str, Callable[[
 
 def test_bad_pool_configuration_is_refused_before_connecting(flavour: Flavour) -> None:
     ledger = SimulatedLedger()
-    for bad in ({"submitters": 0}, {"depth": 0}, {"poll_interval": 0}, {"cycle": 1.0, "expiry": 1.5}):
+    for bad in (
+        {"submitters": 0},
+        {"depth": 0},
+        {"prefetch": 0},
+        {"submitters": 8, "prefetch": 1251},  # 10,008 batches a selection: batch_select takes 10,000
+        {"poll_interval": 0},
+        {"cycle": 1.0, "expiry": 1.5},
+    ):
         with pytest.raises(InvalidConfiguration):
             flavour(SubmissionPool, "host=/nonexistent", "orders", **callbacks(flavour, ledger), **bad)
 
@@ -183,6 +190,57 @@ def test_an_invalid_batch_halts_its_key_until_skipped(
         assert driver.batch_skip("halt", bad[0])
         assert wait_until(lambda: ledger.state().get("po") == b"3.25")
     assert ledger.applied["po"] == [b"2.75", b"3.25"]
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_a_selection_takes_prefetch_batches_per_submitter(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour, prefetch: int
+) -> None:
+    """While both submitters are busy, the pool holds what its one selection took: 2 x
+    prefetch batches pending, the rest still queued; then every batch goes."""
+    driver = Driver(admin)
+    keyspace = f"prefetch-{prefetch}"
+    driver.batch_configure(keyspace, mode="unconstrained")
+    driver.batch_enqueue_many(keyspace, [{"key": f"k{n:02}", "payload": b"x"} for n in range(20)])
+    ledger = SimulatedLedger()
+    gate = threading.Event()
+    entered: list[int] = []
+    submit = callbacks(flavour, ledger)["submit"]
+    if flavour.is_async:
+
+        async def gated(batch: BatchGrant) -> None:
+            entered.append(batch.seq)
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+            await submit(batch)
+
+    else:
+
+        def gated(batch: BatchGrant) -> None:  # type: ignore[misc]
+            entered.append(batch.seq)
+            assert gate.wait(30)
+            submit(batch)
+
+    def count(status: str) -> int:
+        query = "SELECT count(*) FROM tenure.batch WHERE keyspace = %s AND status = %s"
+        return int(admin.execute(query, (keyspace, status)).fetchone()[0])  # type: ignore[index]
+
+    with flavour(
+        SubmissionPool,
+        app_conninfo,
+        keyspace,
+        submit=gated,
+        status=callbacks(flavour, ledger)["status"],
+        submitters=2,
+        prefetch=prefetch,
+        poll_interval=0.05,
+    ):
+        assert wait_until(lambda: len(entered) == 2)
+        time.sleep(0.5)  # time for a selection that should not come
+        assert (count("pending"), count("queued")) == (2 * prefetch, 20 - 2 * prefetch)
+        gate.set()
+        assert wait_until(lambda: count("committed") == 20)
+    assert len(ledger.applied) == 20
 
 
 def test_a_batch_goes_only_while_the_database_still_says_its_claim_is_held(

@@ -20,7 +20,7 @@ import httpx
 from tenure.cli.common import Command, address, admin_connection, metrics_server, say, subcommands
 from tenure.driver import Driver
 from tenure.http.batches import handler_pool
-from tenure.runtime.batches import AsyncSubmissionPool, SubmissionPool, Submissions
+from tenure.runtime.batches import PREFETCH, AsyncSubmissionPool, SubmissionPool, Submissions
 from tenure.runtime.shutdown import wait_for_shutdown
 
 EXAMPLES = {
@@ -90,6 +90,7 @@ def _pool_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "submitters": args.submitters,
         "depth": args.depth,
+        "prefetch": args.prefetch,
         "cycle": args.cycle,
         "expiry": args.expiry,
         "poll_interval": args.poll_interval,
@@ -170,7 +171,8 @@ async def _serve_async(args: argparse.Namespace, pool: AsyncSubmissionPool, stop
 def _serving(args: argparse.Namespace, pool: Submissions) -> None:
     say(
         f"queue {args.keyspace}: instance {pool.claimer.instance_id} ({pool.claimer.name}), "
-        f"{args.submitters} submitters, depth {args.depth}, cycle {args.cycle} s, expiry {args.expiry} s"
+        f"{args.submitters} submitters, depth {args.depth}, prefetch {args.prefetch}, "
+        f"cycle {args.cycle} s, expiry {args.expiry} s"
         f"{', asyncio' if isinstance(pool, AsyncSubmissionPool) else ''}"
         f"{f', handler {args.http}' if getattr(args, 'http', None) else ''}"
     )
@@ -232,6 +234,12 @@ def register(command: Command) -> None:
     )
     batch_run.add_argument("--submitters", type=int, default=8, help="submitter threads (8)")
     batch_run.add_argument("--depth", type=int, default=1, help="rounds per selection: 1 = one-round (1)")
+    batch_run.add_argument(
+        "--prefetch",
+        type=int,
+        default=PREFETCH,
+        help=f"batches per submitter each selection asks for ({PREFETCH})",
+    )
     batch_run.add_argument("--cycle", type=float, default=1.0, help="seconds between claim cycles (1)")
     batch_run.add_argument(
         "--expiry", type=float, default=3.0, help="claim expiry in seconds, > 2 cycles (3)"
