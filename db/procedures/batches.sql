@@ -18,7 +18,10 @@ END
 $$;
 
 -- The selection summary of keys p_keys (batch_key.ready, head_at) from their batches, and
--- last_selected = p_now for the keys in p_served. The caller holds the rows of p_keys
+-- last_selected = p_now for the keys in p_served, one microsecond later for each next one:
+-- a selection's keys keep the order they were served in, so the least recently served
+-- come first again however a selection's size divides the keys (with one timestamp, ties
+-- went by head_at, and the same keys won every split). The caller holds the rows of p_keys
 -- locked (FOR NO KEY UPDATE, taken in an earlier statement), so this statement's snapshot sees
 -- every committed change to their batches and no other writer can recompute them meanwhile.
 -- Every change that can make a key selectable (a batch enqueued, resolved, retried or
@@ -37,8 +40,10 @@ BEGIN
     END IF;
     UPDATE tenure.batch_key AS k
        SET ready = s.ready, head_at = s.head_at,
-           last_selected = CASE WHEN s.served THEN p_now ELSE k.last_selected END
-      FROM (SELECT x.key, x.key = ANY (p_served) AS served, h.enqueued_at AS head_at,
+           last_selected = CASE WHEN s.served THEN p_now + (s.served_as - 1) * interval '1 microsecond'
+                                ELSE k.last_selected END
+      FROM (SELECT x.key, array_position(p_served, x.key) IS NOT NULL AS served,
+                   array_position(p_served, x.key) AS served_as, h.enqueued_at AS head_at,
                    h.enqueued_at IS NOT NULL
                    AND NOT (coalesce(x.implicit_deps, q.implicit_deps, true) AND u.has_invalid)
                    AND NOT (coalesce(x.mode, q.mode, 'serial') = 'serial' AND u.has_pending) AS ready
@@ -549,7 +554,8 @@ BEGIN
     -- The chosen keys were served now and get their summary from what they have now; so do
     -- the keys looked at that had nothing eligible (their summary may be stale: a key that
     -- turned out blocked leaves the walk until a change frees it). The others are unchanged.
-    v_served := ARRAY(SELECT DISTINCT g.key FROM unnest(v_grants) g);
+    v_served := ARRAY(SELECT g.key FROM unnest(v_grants) WITH ORDINALITY AS g
+                       GROUP BY g.key ORDER BY min(g.ordinality));
     PERFORM tenure._batch_refresh(p_keyspace, v_served || ARRAY(SELECT unnest(v_keys) EXCEPT SELECT unnest(v_open)),
                                   v_served, v_now);
     RETURN QUERY SELECT * FROM unnest(v_grants);

@@ -10,7 +10,7 @@
 -- at T + n s, claims taken at T + 1 min for a day, selections and resolutions at T + 1 h.
 -- The server clock is used only in the keyspaces 'enq' and 'worker'.
 BEGIN;
-SELECT plan(259);
+SELECT plan(263);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE
@@ -679,8 +679,9 @@ SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2
     'A1 and B1 are selected');
 SELECT is(pg_temp.ready('ready'), 'A:-:02 B:-:-',
     'serial: a key with a batch pending is not ready; its head moves on (B has nothing waiting)');
-SELECT results_eq($$SELECT count(*) FROM tenure.batch_key WHERE keyspace = 'ready' AND last_selected = '2001-01-22 01:00:00+00'$$,
-    $$VALUES (2::bigint)$$, 'both keys were served then');
+SELECT results_eq($$SELECT key, last_selected FROM tenure.batch_key WHERE keyspace = 'ready' ORDER BY key$$,
+    $$VALUES ('A', '2001-01-22 01:00:00+00'::timestamptz), ('B', '2001-01-22 01:00:00.000001+00')$$,
+    'both keys were served then, a microsecond apart in the order they were selected');
 SELECT is(pg_temp.res('ready', '00000000-0000-0000-0000-00000000000a', 1501, 'committed', '2001-01-22 01:00:01+00'),
     'committed', 'A1 is committed');
 SELECT is(pg_temp.ready('ready'), 'A:ready:02 B:-:-', 'a commit makes a serial key ready again');
@@ -690,7 +691,7 @@ SELECT is(pg_temp.ready('ready'), 'A:ready:02 B:ready:03', 'a batch marked unkno
 SELECT lives_ok($$SELECT tenure._batch_configure('ready', 'unconstrained', true, NULL, '2001-01-22 01:00:03+00')$$,
     'the queue turns unconstrained');
 SELECT is(pg_temp.sel('ready', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 01:00:04+00'), 'A2/1 B1/1',
-    'A2 and B1 again (both served last at 01:00:00; A waits since 2 s, B since 3 s)');
+    'A2 and B1 again (A served first at 01:00:00, B a microsecond later)');
 SELECT is(pg_temp.enq('ready', 'A', 1504, '2001-01-22 00:00:05+00'), 3::bigint, 'A3 is enqueued');
 SELECT is(pg_temp.ready('ready'), 'A:ready:05 B:-:-', 'unconstrained: a key with a batch pending is still ready');
 SELECT lives_ok($$SELECT tenure._batch_configure('ready', 'serial', true, 'A', '2001-01-22 01:00:06+00')$$,
@@ -736,6 +737,22 @@ SELECT is(pg_temp.ready('lazy'), 'L:ready:05',
 SELECT is(pg_temp.sel('lazy', '00000000-0000-0000-0000-00000000000a', 10, 1, '2001-01-22 02:00:07+00'), '',
     'which finds L halted and hands out nothing');
 SELECT is(pg_temp.ready('lazy'), 'L:-:05', 'and corrects the summary: L is not ready');
+
+-- Keys take turns however a selection's size divides them ('turns', unconstrained, T = 2001-01-24) --------
+SELECT lives_ok($$SELECT tenure._batch_configure('turns', 'unconstrained', true, NULL, '2001-01-24 00:00:00+00')$$,
+    'turns queue is unconstrained');
+SELECT is(ARRAY(SELECT pg_temp.enq('turns', k, (1800 + 10 * n + b)::integer, '2001-01-24 00:00:00+00'::timestamptz + n * interval '1 s')
+                  FROM unnest(ARRAY['A', 'B', 'C']) WITH ORDINALITY AS x(k, n), generate_series(1, 3) b ORDER BY n, b),
+    ARRAY[1, 2, 3, 1, 2, 3, 1, 2, 3]::bigint[], 'three batches of A, B and C, A waiting longest');
+SELECT is(ARRAY(SELECT key FROM tenure._claim_take('turns', '00000000-0000-0000-0000-00000000000a', '1 day', NULL,
+                                                   '2001-01-24 00:01:00+00') ORDER BY key),
+    ARRAY['A', 'B', 'C'], 'instance a takes A, B and C');
+SELECT is(
+    ARRAY[pg_temp.sel('turns', '00000000-0000-0000-0000-00000000000a', 2, 1, '2001-01-24 01:00:00+00'),
+          pg_temp.sel('turns', '00000000-0000-0000-0000-00000000000a', 2, 1, '2001-01-24 01:00:01+00'),
+          pg_temp.sel('turns', '00000000-0000-0000-0000-00000000000a', 2, 1, '2001-01-24 01:00:02+00')],
+    ARRAY['A1/1 B1/1', 'C1/1 A2/1', 'B2/1 C2/1'],
+    'two keys a selection, in turn: A (served before B) comes before B, so every key goes twice in three selections');
 
 -- Selection reads the keys it returns ('crowd', unconstrained, T = 2001-01-23) ---------------------------
 SELECT lives_ok($$SELECT tenure._batch_configure('crowd', 'unconstrained', true, NULL, '2001-01-23 00:00:00+00')$$,
