@@ -42,7 +42,7 @@ import psycopg
 
 from tenure.bench.common import Repeated, interleaved, ratio_spread
 from tenure.driver import BatchGrant, Driver
-from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.batches import PREFETCH, SubmissionPool
 from tenure.testing import plots
 from tenure.testing.database import retire_keyspace
 from tenure.testing.ledger import SimulatedLedger
@@ -270,7 +270,10 @@ def queue_bench(
     min_window: float = 5.0,
 ) -> None:
     admin.execute(NAIVE_DDL)
-    print("  submission queue, 8 submitters, a ledger that applies at once; batches committed per second")
+    print(
+        f"  submission queue, 8 submitters selecting {PREFETCH} batches each at a time (the pool's default"
+        " prefetch), a ledger that applies at once; batches committed per second"
+    )
     print(
         "  end to end between 10% and 90% committed (start-up apart: the time to 10% less the steady time),"
     )
