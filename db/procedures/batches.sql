@@ -40,10 +40,8 @@ BEGIN
     END IF;
     UPDATE tenure.batch_key AS k
        SET ready = s.ready, head_at = s.head_at,
-           last_selected = CASE WHEN s.served THEN p_now + (s.served_as - 1) * interval '1 microsecond'
-                                ELSE k.last_selected END
-      FROM (SELECT x.key, array_position(p_served, x.key) IS NOT NULL AS served,
-                   array_position(p_served, x.key) AS served_as, h.enqueued_at AS head_at,
+           last_selected = coalesce(p_now + (s.served_as - 1) * interval '1 microsecond', k.last_selected)
+      FROM (SELECT x.key, array_position(p_served, x.key) AS served_as, h.enqueued_at AS head_at,
                    h.enqueued_at IS NOT NULL
                    AND NOT (coalesce(x.implicit_deps, q.implicit_deps, true) AND u.has_invalid)
                    AND NOT (coalesce(x.mode, q.mode, 'serial') = 'serial' AND u.has_pending) AS ready
@@ -62,7 +60,7 @@ BEGIN
                                     AND b.status IN ('queued', 'unknown')
                                   ORDER BY b.seq LIMIT 1) h ON true) s
      WHERE k.keyspace = p_keyspace AND k.key = s.key
-       AND (s.served OR (k.ready, k.head_at) IS DISTINCT FROM (s.ready, s.head_at));
+       AND (s.served_as IS NOT NULL OR (k.ready, k.head_at) IS DISTINCT FROM (s.ready, s.head_at));
 END
 $$;
 
