@@ -495,10 +495,12 @@ class Submissions:
             self.metrics.queue_unsubmitted.labels(self.keyspace).set(len(self._unsubmitted))
         self.metrics.batches_selected.labels(self.keyspace).inc(len(batches))
 
-    def _selection_failed(self, error: psycopg.Error) -> None:
+    def _failure_level(self) -> int:
         # stop cuts a call still in flight: that is the stop, not a failure
-        level = logging.DEBUG if self._stopping else logging.WARNING
-        log.log(level, "%s: selecting batches failed: %s", self.keyspace, error)
+        return logging.DEBUG if self._stopping else logging.WARNING
+
+    def _selection_failed(self, error: psycopg.Error) -> None:
+        log.log(self._failure_level(), "%s: selecting batches failed: %s", self.keyspace, error)
 
     def _turn(self, batch: BatchGrant) -> bool | None:
         """Whether ``batch`` may go now (True), never (False: the key was lost meanwhile,
@@ -640,12 +642,7 @@ class Submissions:
 
     def _monitor_failed(self, error: Exception) -> None:
         if isinstance(error, psycopg.Error):
-            log.log(
-                logging.DEBUG if self._stopping else logging.WARNING,
-                "%s: monitoring failed: %s",
-                self.keyspace,
-                error,
-            )
+            log.log(self._failure_level(), "%s: monitoring failed: %s", self.keyspace, error)
         else:
             log.error("%s: the status function failed", self.keyspace, exc_info=error)
 
