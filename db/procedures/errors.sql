@@ -109,21 +109,35 @@ $$;
 -- which waits for the synchronous standbys when there are any; a stronger setting
 -- (remote_write, remote_apply) is kept. It also makes sure the write happens on the
 -- current primary and that grants of an earlier server were re-based (_follow_server).
+--
+-- The server's system identifier is read from its control file once per session and
+-- remembered in the session's setting tenure.system_identifier: reading the file cost
+-- about a third of this function, which every call of every function makes. A backend
+-- serves one cluster all its life, so the identifier cannot change under a session (the
+-- timeline can, and is read every time). A session that sets the setting itself only
+-- misleads its own calls: they find no such generation and follow the server, which
+-- reads the file, and the setting is read again.
 CREATE OR REPLACE FUNCTION tenure._durable() RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_system text := current_setting('tenure.system_identifier', true);
 BEGIN
     IF current_setting('synchronous_commit') IN ('off', 'local') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    IF v_system IS NULL OR v_system !~ '^-?[0-9]{1,19}$' THEN
+        v_system := (SELECT c.system_identifier FROM pg_control_system() c)::text;
+        PERFORM set_config('tenure.system_identifier', v_system, false);
     END IF;
     -- Every call of every function comes here: the common case (the primary of the last
     -- generation) is one statement, _follow_server's own test without its calls.
     IF pg_is_in_recovery() OR NOT EXISTS (
         SELECT FROM (SELECT g.timeline, g.system_identifier FROM tenure.server_generation g
                       ORDER BY g.generation DESC LIMIT 1) g
-         WHERE g.timeline = tenure._server_timeline()
-           AND g.system_identifier = (SELECT c.system_identifier FROM pg_control_system() c)) THEN
+         WHERE g.timeline = tenure._server_timeline() AND g.system_identifier = v_system::bigint) THEN
+        PERFORM set_config('tenure.system_identifier', '', false);  -- read again next time
         PERFORM tenure._follow_server(NULL);
     END IF;
 END

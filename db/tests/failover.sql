@@ -4,7 +4,7 @@
 -- finds itself on a "new" server. Times: the real clock (the re-base reads it).
 -- Instances: a = ...0a, b = ...0b.
 BEGIN;
-SELECT plan(30);
+SELECT plan(34);
 
 SELECT has_view('tenure', 'server_generations', 'operator view server_generations exists');
 SELECT results_eq($$SELECT count(*)::int, bool_and(current) FROM tenure.server_generations$$,
@@ -38,6 +38,19 @@ SELECT lives_ok($$SELECT tenure.claim_fence('dur', '00000000-0000-0000-0000-0000
 SELECT is(current_setting('synchronous_commit'), 'remote_write', 'a stronger setting is kept');
 ROLLBACK TO fences;
 SET LOCAL synchronous_commit = on;
+
+-- The system identifier is read once per session ----------------------------------------
+SELECT is(current_setting('tenure.system_identifier', true), (SELECT system_identifier::text FROM pg_control_system()),
+    'a session remembers the server''s system identifier after its first call');
+SELECT set_config('tenure.system_identifier', '12345', false);  -- as if it had been another server's
+SELECT lives_ok($$SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-00000000000a', 'dur', '30 s', '1 s')$$,
+    'a session that remembers another identifier still writes');
+SELECT results_eq($$SELECT count(*)::int, current_setting('tenure.system_identifier')
+                      FROM tenure.server_generations$$,
+    $$VALUES (1, '')$$, 'it started no generation (the server is the same) and forgot what it remembered');
+SELECT * FROM tenure.update_heartbeat('00000000-0000-0000-0000-00000000000a', 'dur', '30 s', '1 s');
+SELECT is(current_setting('tenure.system_identifier'), (SELECT system_identifier::text FROM pg_control_system()),
+    'its next call remembers this server''s');
 
 -- A term is never carried across a failover -------------------------------------------
 SELECT tenure.heartbeat_resign('00000000-0000-0000-0000-00000000000a', 'dur');
