@@ -21,7 +21,7 @@ from tenure.aio import AsyncSubmissionPool
 from tenure.driver import BatchGrant, Resolution
 from tenure.errors import InvalidTransition
 from tenure.metrics import Metrics
-from tenure.runtime.batches import SubmissionPool
+from tenure.runtime.batches import AsyncHeldCheck, HeldCheck, SubmissionPool
 from tenure.testing.aio import Flavour
 from tenure.testing.ledger import SimulatedLedger
 
@@ -343,6 +343,40 @@ def test_a_call_into_a_database_that_stops_answering_is_cut_at_its_bound(
             driver.batch_enqueue_many("pause", [{"key": "po", "payload": b"2"}])
             assert wait_until(lambda: committed(driver, "pause") == 2), "the pool serves again after it"
     assert ledger.applied["po"] == [b"1", b"2"]
+
+
+def test_a_failed_last_check_says_no_and_warns_unless_the_pool_is_stopping(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ``batch_check`` call that fails answers no to the checks it carried; it is logged as
+    a failure, unless the pool's stop cut it (the pool's ``failure_level`` says debug)."""
+
+    class Unreachable:
+        def run(self, op: Any) -> Any:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    class AsyncUnreachable:
+        async def run(self, op: Any) -> Any:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    stopping = False
+    level: dict[str, Any] = {"failure_level": lambda: logging.DEBUG if stopping else logging.WARNING}
+    held = HeldCheck(Unreachable(), "check", uuid.uuid4(), **level)  # type: ignore[arg-type]
+    async_held = AsyncHeldCheck(AsyncUnreachable(), "check", uuid.uuid4(), **level)  # type: ignore[arg-type]
+    caplog.set_level(logging.DEBUG, logger="tenure")
+
+    def levels() -> list[int]:
+        found = [
+            r.levelno for r in caplog.records if "checking claims before submitting failed" in r.getMessage()
+        ]
+        caplog.clear()
+        return found
+
+    assert held.held("k", 1) is False and asyncio.run(async_held.held("k", 1)) is False
+    assert levels() == [logging.WARNING, logging.WARNING]
+    stopping = True
+    assert held.held("k", 1) is False and asyncio.run(async_held.held("k", 1)) is False
+    assert levels() == [logging.DEBUG, logging.DEBUG], "a call the stop cut is not a failure"
 
 
 def test_a_late_resolution_of_an_earlier_attempt_does_not_send_a_batch_again(

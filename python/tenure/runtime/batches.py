@@ -277,9 +277,12 @@ class ClaimCheck:
     submitted only if that call said the claim was held. A call that fails says no to
     every check it carried."""
 
-    def __init__(self, keyspace: str, instance_id: UUID) -> None:
+    def __init__(
+        self, keyspace: str, instance_id: UUID, *, failure_level: Callable[[], int] = lambda: logging.WARNING
+    ) -> None:
         self.keyspace = keyspace
         self.instance_id = instance_id
+        self.failure_level = failure_level  # the pool's: a call its stop cut is not a failure
         self._asked: list[Ask] = []
         self._calling = False
         self.calls = 0
@@ -304,7 +307,9 @@ class ClaimCheck:
         return OPS.batch_check(self.keyspace, self.instance_id, [(a.key, a.epoch) for a in asked])
 
     def _failed(self, error: psycopg.Error) -> None:
-        log.warning("%s: checking claims before submitting failed: %s", self.keyspace, error)
+        log.log(
+            self.failure_level(), "%s: checking claims before submitting failed: %s", self.keyspace, error
+        )
 
     def _answer(self, asked: list[Ask], answers: list[bool]) -> None:
         for n, a in enumerate(asked):
@@ -315,8 +320,8 @@ class ClaimCheck:
 class HeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for threads."""
 
-    def __init__(self, calls: PoolCalls, keyspace: str, instance_id: UUID) -> None:
-        super().__init__(keyspace, instance_id)
+    def __init__(self, calls: PoolCalls, keyspace: str, instance_id: UUID, **check: Any) -> None:
+        super().__init__(keyspace, instance_id, **check)
         self.database = calls
         self._changed = threading.Condition()
 
@@ -343,8 +348,8 @@ class HeldCheck(ClaimCheck):
 class AsyncHeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for asyncio (one event loop: no lock between its awaits)."""
 
-    def __init__(self, calls: AsyncPoolCalls, keyspace: str, instance_id: UUID) -> None:
-        super().__init__(keyspace, instance_id)
+    def __init__(self, calls: AsyncPoolCalls, keyspace: str, instance_id: UUID, **check: Any) -> None:
+        super().__init__(keyspace, instance_id, **check)
         self.database = calls
         self._changed = AsyncCondition()
 
@@ -695,7 +700,9 @@ class SubmissionPool(Submissions, Runtime):
         )
         self._calls = PoolCalls(self.pool, self._calls_label(), self.call_bound)
         self.queuer: Queuer = Queuer(self._calls, self.claimer, **self._queuer_options())
-        self._check = HeldCheck(self._calls, keyspace, self.claimer.instance_id)
+        self._check = HeldCheck(
+            self._calls, keyspace, self.claimer.instance_id, failure_level=self._failure_level
+        )
         self._order_changed = threading.Condition()
         self._listening = threading.Event()  # set: the listener stops
         self._wake = threading.Event()
@@ -865,7 +872,9 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         )
         self._calls = AsyncPoolCalls(self.pool, self._calls_label(), self.call_bound)
         self.queuer: AsyncQueuer = AsyncQueuer(self._calls, self.claimer, **self._queuer_options())
-        self._check = AsyncHeldCheck(self._calls, keyspace, self.claimer.instance_id)
+        self._check = AsyncHeldCheck(
+            self._calls, keyspace, self.claimer.instance_id, failure_level=self._failure_level
+        )
         self._order_changed = AsyncCondition()
         self._wake = asyncio.Event()
         self._resolve_soon = asyncio.Event()
