@@ -20,7 +20,7 @@ import pytest
 
 from tenure.bench import SECTIONS
 from tenure.bench.batches import MIN_COUNTS, steady
-from tenure.bench.common import Rate, Repeated, interleaved, rate_line, ratio_spread, steady_tps
+from tenure.bench.common import Rate, Repeated, grown_size, interleaved, rate_line, ratio_spread, steady_tps
 from tenure.bench.latency import targets
 from tenure.bench.memory import rss_mib
 from tenure.bench.peers import (
@@ -188,6 +188,19 @@ def test_pgbench_rows_leave_their_first_second_out_as_the_start_up() -> None:
     assert steady == pytest.approx(1100.0)
     assert startup == pytest.approx(1 - 600 / 1100)  # the first second did 600 of the steady 1,100
     assert steady_tps("progress: 1.0 s, 600.0 tps, lat 3.3 ms stddev 1.0, 0 failed\n", 640.0) == (640.0, None)
+
+
+def test_a_run_too_short_to_measure_grows_to_the_window_asked_within_its_ceiling() -> None:
+    """The queue's and the peers' runs grow by one rule: enough for the window asked at the
+    rate seen, a quarter to spare, at least double, at most the ceiling, in whole steps."""
+    assert grown_size(4_000, 1.3, 5.0, 100_000) == 19_231, (
+        "4,000 batches lasting 1.3 s: 5 s needs about 15,400, + 25%"
+    )
+    assert grown_size(1_000, 4.9, 5.0, 1_000_000, step=1_000) == 2_000, "nearly long enough: still doubled"
+    assert grown_size(20_000, 0.0, 5.0, 1_000_000, step=1_000) == 1_000_000, (
+        "a run with no window at all: the ceiling"
+    )
+    assert grown_size(50_000, 2.0, 5.0, 100_000) == 100_000
 
 
 def test_a_queue_run_is_measured_between_its_10_and_90_percent_and_knows_when_it_was_too_short() -> None:

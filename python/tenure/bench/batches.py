@@ -40,7 +40,7 @@ from uuid import UUID
 
 import psycopg
 
-from tenure.bench.common import Repeated, interleaved, ratio_spread
+from tenure.bench.common import Repeated, grown_size, interleaved, ratio_spread
 from tenure.driver import BatchGrant, Driver
 from tenure.runtime.batches import PREFETCH, SubmissionPool
 from tenure.testing import plots
@@ -310,8 +310,7 @@ def queue_bench(
                 )
                 if total >= MAX_QUEUE_BATCHES or (run.window >= wanted and not unmeasured):
                     return run
-                grown = per_key[label] * wanted * 1.25 / max(run.window, 0.05)
-                per_key[label] = min(max(int(grown) + 1, 2 * per_key[label]), MAX_QUEUE_BATCHES // count)
+                per_key[label] = grown_size(per_key[label], run.window, wanted, MAX_QUEUE_BATCHES // count)
                 why = f"only {run.counts} counts inside it" if unmeasured else ""
                 print(
                     f"    ({count} keys, {label}: {total:,} batches left a steady window of "

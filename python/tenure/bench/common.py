@@ -4,6 +4,7 @@ steady-state rows (:func:`interleaved` rounds of :class:`Rate` runs, summed up b
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -330,6 +331,14 @@ def interleaved(
             if repeat > 1 and show is not None:
                 print(f"    round {round_}: {show(row, result)}", flush=True)
     return runs
+
+
+def grown_size(size: int, window: float, wanted: float, ceiling: int, *, step: int = 1) -> int:
+    """The size to run again a run of ``size`` (batches, jobs) whose steady window of ``window``
+    seconds fell short of ``wanted``: enough for ``wanted`` at the rate it showed, with a
+    quarter to spare, rounded up to ``step``; at least double, at most ``ceiling``."""
+    needed = math.ceil(size * wanted * 1.25 / max(window, 0.05) / step) * step
+    return min(max(needed, 2 * size), ceiling)
 
 
 def durability(admin: psycopg.Connection[Any]) -> str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import os
 import shutil
 import subprocess
@@ -52,6 +51,7 @@ from tenure.bench.common import (
     Repeated,
     ServerCpu,
     cpu_of,
+    grown_size,
     interleaved,
     scalar,
     start_process,
@@ -583,8 +583,7 @@ def peers_bench(
             run = runners[key](backlog[key])
             if not (run.window < min_window and backlog[key] < MAX_PEER_JOBS and round_ == 1):
                 return run
-            grown = math.ceil(backlog[key] * min_window * 1.25 / max(run.window, 0.05) / 1000) * 1000
-            backlog[key] = min(max(grown, 2 * backlog[key]), MAX_PEER_JOBS)
+            backlog[key] = grown_size(backlog[key], run.window, min_window, MAX_PEER_JOBS, step=1000)
             print(
                 f"    ({key[0]} {key[1]}: {run.jobs:,} jobs left a steady window of {run.window:.1f} s; "
                 f"again with {backlog[key]:,})",
