@@ -360,9 +360,12 @@ def test_a_failed_last_check_says_no_and_warns_unless_the_pool_is_stopping(
             raise psycopg.OperationalError("server closed the connection unexpectedly")
 
     stopping = False
-    level: dict[str, Any] = {"failure_level": lambda: logging.DEBUG if stopping else logging.WARNING}
-    held = HeldCheck(Unreachable(), "check", uuid.uuid4(), **level)  # type: ignore[arg-type]
-    async_held = AsyncHeldCheck(AsyncUnreachable(), "check", uuid.uuid4(), **level)  # type: ignore[arg-type]
+
+    def level() -> int:
+        return logging.DEBUG if stopping else logging.WARNING
+
+    held = HeldCheck(Unreachable(), "check", uuid.uuid4(), level)  # type: ignore[arg-type]
+    async_held = AsyncHeldCheck(AsyncUnreachable(), "check", uuid.uuid4(), level)  # type: ignore[arg-type]
     caplog.set_level(logging.DEBUG, logger="tenure")
 
     def levels() -> list[int]:

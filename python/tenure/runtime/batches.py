@@ -277,9 +277,7 @@ class ClaimCheck:
     submitted only if that call said the claim was held. A call that fails says no to
     every check it carried."""
 
-    def __init__(
-        self, keyspace: str, instance_id: UUID, *, failure_level: Callable[[], int] = lambda: logging.WARNING
-    ) -> None:
+    def __init__(self, keyspace: str, instance_id: UUID, failure_level: Callable[[], int]) -> None:
         self.keyspace = keyspace
         self.instance_id = instance_id
         self.failure_level = failure_level  # the pool's: a call its stop cut is not a failure
@@ -320,8 +318,10 @@ class ClaimCheck:
 class HeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for threads."""
 
-    def __init__(self, calls: PoolCalls, keyspace: str, instance_id: UUID, **check: Any) -> None:
-        super().__init__(keyspace, instance_id, **check)
+    def __init__(
+        self, calls: PoolCalls, keyspace: str, instance_id: UUID, failure_level: Callable[[], int]
+    ) -> None:
+        super().__init__(keyspace, instance_id, failure_level)
         self.database = calls
         self._changed = threading.Condition()
 
@@ -348,8 +348,10 @@ class HeldCheck(ClaimCheck):
 class AsyncHeldCheck(ClaimCheck):
     """:class:`ClaimCheck` for asyncio (one event loop: no lock between its awaits)."""
 
-    def __init__(self, calls: AsyncPoolCalls, keyspace: str, instance_id: UUID, **check: Any) -> None:
-        super().__init__(keyspace, instance_id, **check)
+    def __init__(
+        self, calls: AsyncPoolCalls, keyspace: str, instance_id: UUID, failure_level: Callable[[], int]
+    ) -> None:
+        super().__init__(keyspace, instance_id, failure_level)
         self.database = calls
         self._changed = AsyncCondition()
 
