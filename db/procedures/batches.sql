@@ -1,7 +1,8 @@
 -- The submission queue: batches per key, submitted in per-key order, fairly across
 -- keys, by the instance that holds the claim on the key. Each public function is a
 -- SECURITY DEFINER wrapper over an internal one that takes the time to act at
--- (p_now, NULL = the server's clock).
+-- (p_now, NULL = the server's clock), in PL/pgSQL: a SQL function with SET is parsed
+-- and planned again on every call.
 
 -- A key that takes batches: registered for claims and in batch_key.
 CREATE OR REPLACE FUNCTION tenure._batch_key(p_keyspace text, p_key text, p_now timestamptz)
@@ -157,9 +158,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.batch_configure(
     p_keyspace text, p_mode text, p_implicit_deps boolean DEFAULT true, p_key text DEFAULT NULL
 ) RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_configure(p_keyspace, p_mode, p_implicit_deps, p_key, NULL) $$;
+AS $$ BEGIN PERFORM tenure._batch_configure(p_keyspace, p_mode, p_implicit_deps, p_key, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_configure(text, text, boolean, text) IS
 $$Set the submission mode of queue p_keyspace, or with p_key of that one key (which overrides the queue's): 'unconstrained' (the external system keeps order and persists: every queued batch in order), 'serial' (the next batch of a key only once the previous one is committed) or 'parallel' (a later batch may go before an earlier uncommitted one only if their state keys do not overlap). With p_implicit_deps an invalid batch halts its key until an operator skips or retries it.
@@ -311,9 +312,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_enqueue_many(p_keyspace text, p_batches jsonb)
 RETURNS SETOF tenure.batch_enqueued
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._batch_enqueue_many(p_keyspace, p_batches, NULL, 'batch_enqueue_many') $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._batch_enqueue_many(p_keyspace, p_batches, NULL, 'batch_enqueue_many'); END $$;
 
 COMMENT ON FUNCTION tenure.batch_enqueue_many(text, jsonb) IS
 $$Enqueue many batches into queue p_keyspace in one transaction: p_batches is a JSON array of objects with key (required), payload (base64, required), state_keys (strings, for parallel mode), depends_on (batch ids that must be committed first) and id (a uuid chosen by the caller, for idempotency).
@@ -563,9 +564,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.batch_select(
     p_keyspace text, p_instance uuid, p_limit integer, p_depth integer DEFAULT 1
 ) RETURNS SETOF tenure.batch_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_depth, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._batch_select(p_keyspace, p_instance, p_limit, p_depth, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_select(text, uuid, integer, integer) IS
 $$Select up to p_limit (the pool asks for prefetch, 4 by default, per submitter) eligible batches of the keys of queue p_keyspace that instance p_instance holds claims on, and mark them pending (submitted) under the claim's epoch. Never a batch of a key the caller does not hold.
@@ -699,9 +700,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.batch_resolve(
     p_keyspace text, p_instance uuid, p_id uuid, p_epoch bigint, p_status text, p_detail text DEFAULT NULL
 ) RETURNS text
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_resolve(p_keyspace, p_instance, p_id, p_epoch, p_status, p_detail, NULL) $$;
+AS $$ BEGIN RETURN tenure._batch_resolve(p_keyspace, p_instance, p_id, p_epoch, p_status, p_detail, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_resolve(text, uuid, uuid, bigint, text, text) IS
 $$Record what the external system says of a pending (or unknown) batch p_id: 'committed', 'invalid' (never resubmitted; its dependents turn invalid too; with implicit dependencies its key halts) or 'unknown' (the external system lost it: resubmitted before any later batch of its key). Only the holder of the key's claim in epoch p_epoch may: fenced like claim_fence.
@@ -857,9 +858,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_resolve_many(p_keyspace text, p_instance uuid, p_resolutions jsonb)
 RETURNS integer
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_resolve_many(p_keyspace, p_instance, p_resolutions, NULL) $$;
+AS $$ BEGIN RETURN tenure._batch_resolve_many(p_keyspace, p_instance, p_resolutions, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_resolve_many(text, uuid, jsonb) IS
 $$Resolve several batches of queue p_keyspace at once, all or none: p_resolutions is a JSON array of {"id", "epoch", "status", "detail"?, "attempt"?} objects, each checked and applied as batch_resolve does. With "attempt" (the attempts of the batch_grant the external system was asked about), a resolution applies only to that selection of the batch: one that arrives after the batch was selected again (a resolution sent late, or by a call whose answer was lost) is refused, so it cannot send a batch already applied once more.
@@ -900,9 +901,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_skip(p_keyspace text, p_id uuid)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_repair('batch_skip', p_keyspace, p_id, 'skipped') $$;
+AS $$ BEGIN RETURN tenure._batch_repair('batch_skip', p_keyspace, p_id, 'skipped'); END $$;
 
 COMMENT ON FUNCTION tenure.batch_skip(text, uuid) IS
 $$Operator repair: let the key of the invalid batch p_id go past it (status skipped); the batch is never submitted again. A halted key flows again.
@@ -911,9 +912,9 @@ Errors: TN001 on NULL arguments; TN201 for a batch not in the queue.$$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_retry(p_keyspace text, p_id uuid)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._batch_repair('batch_retry', p_keyspace, p_id, 'queued') $$;
+AS $$ BEGIN RETURN tenure._batch_repair('batch_retry', p_keyspace, p_id, 'queued'); END $$;
 
 COMMENT ON FUNCTION tenure.batch_retry(text, uuid) IS
 $$Operator repair: queue the invalid batch p_id again, in its place in its key's order (after a fix on the external side, say). A halted key flows again.
@@ -946,9 +947,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.batch_pending(p_keyspace text, p_instance uuid)
 RETURNS SETOF tenure.batch_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._batch_pending(p_keyspace, p_instance, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._batch_pending(p_keyspace, p_instance, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.batch_pending(text, uuid) IS
 $$The pending batches of the keys of queue p_keyspace that instance p_instance holds claims on, in key and sequence order, with the current claim epoch: what its monitor should ask the external system about.

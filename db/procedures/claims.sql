@@ -1,6 +1,8 @@
 -- Per-key claims with expiry, spread fairly over the live instances of a keyspace.
 -- Each public function is a SECURITY DEFINER wrapper over an internal one that
 -- takes the time to act at (p_now, NULL = the server's clock).
+-- The wrappers are PL/pgSQL, not SQL: a SQL function with SET (search_path) is parsed
+-- and planned again on every call, which cost more than the call's own work.
 
 CREATE OR REPLACE FUNCTION tenure._check_keys(p_function text, p_argument text, p_keys text[])
 RETURNS void
@@ -123,9 +125,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_register(p_keyspace text, p_keys text[])
 RETURNS integer
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._claim_register(p_keyspace, p_keys, NULL) $$;
+AS $$ BEGIN RETURN tenure._claim_register(p_keyspace, p_keys, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_register(text, text[]) IS
 $$Register the keys p_keys (a service_id, say) in keyspace p_keyspace, so that instances can claim them; keys already registered are left as they are.
@@ -248,8 +250,6 @@ BEGIN
 END
 $$;
 
--- The hot wrappers are PL/pgSQL, not SQL: a SQL function with SET (search_path) is
--- parsed and planned again on every call, which cost more than the call's own work.
 CREATE OR REPLACE FUNCTION tenure.claim_renew(p_keyspace text, p_instance uuid, p_expiry interval)
 RETURNS SETOF tenure.claim_grant
 LANGUAGE plpgsql SECURITY DEFINER
@@ -521,9 +521,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_release(p_keyspace text, p_instance uuid, p_keys text[] DEFAULT NULL)
 RETURNS integer
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._claim_release(p_keyspace, p_instance, p_keys, NULL) $$;
+AS $$ BEGIN RETURN tenure._claim_release(p_keyspace, p_instance, p_keys, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_release(text, uuid, text[]) IS
 $$Give back keys that instance p_instance holds in keyspace p_keyspace: the keys p_keys, or with NULL (clean shutdown) all of them, and then the instance also leaves the keyspace so the others' fair share grows at once.
@@ -552,9 +552,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_check(p_keyspace text, p_instance uuid, p_key text, p_epoch bigint)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._claim_check(p_keyspace, p_instance, p_key, p_epoch, NULL) $$;
+AS $$ BEGIN RETURN tenure._claim_check(p_keyspace, p_instance, p_key, p_epoch, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_check(text, uuid, text, bigint) IS
 $$True only if instance p_instance holds key p_key of keyspace p_keyspace in epoch p_epoch under a claim that has not expired: for a submitter to verify, right before it acts, that the key is still its own. False otherwise, including for an unknown key.
@@ -602,9 +602,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.claim_fence(p_keyspace text, p_instance uuid, p_key text, p_epoch bigint)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._claim_fence(p_keyspace, p_instance, p_key, p_epoch, NULL) $$;
+AS $$ BEGIN PERFORM tenure._claim_fence(p_keyspace, p_instance, p_key, p_epoch, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.claim_fence(text, uuid, text, bigint) IS
 $$Fence an application write on a key: call it inside the transaction that makes the write; it raises TN103 (claim_lost) unless p_instance holds p_key of p_keyspace in epoch p_epoch under a claim that has not expired, and otherwise keeps any other instance from taking the key until that transaction ends.

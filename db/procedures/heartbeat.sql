@@ -1,7 +1,8 @@
 -- Heartbeat leader election (HPC Pack's SQL-based model, with fencing terms).
 --
 -- Each public function is a thin SECURITY DEFINER wrapper over an internal one that
--- takes the time to act at (p_now), so that tests can travel in time. Internal
+-- takes the time to act at (p_now), so that tests can travel in time; the wrappers are
+-- PL/pgSQL, as a SQL function with SET is parsed and planned again on every call. Internal
 -- functions are not executable by tenure_worker. In update_heartbeat and the fence,
 -- a NULL p_now means the server's clock read *after* the entry is locked.
 
@@ -119,9 +120,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.update_heartbeat(
     p_instance_id uuid, p_utype text, p_timeout interval, p_interval interval DEFAULT NULL
 ) RETURNS SETOF tenure.primary_entry
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._update_heartbeat(p_instance_id, p_utype, p_timeout, p_interval, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._update_heartbeat(p_instance_id, p_utype, p_timeout, p_interval, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.update_heartbeat(uuid, text, interval, interval) IS
 $$Send a heartbeat for instance p_instance_id as a candidate for primary of service type p_utype, with timeout T = p_timeout (and, optionally, its heartbeat interval I = p_interval, which must satisfy T > 2I).
@@ -149,9 +150,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.get_primary(p_utype text)
 RETURNS SETOF tenure.primary_entry
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._get_primary(p_utype, clock_timestamp()) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._get_primary(p_utype, clock_timestamp()); END $$;
 
 COMMENT ON FUNCTION tenure.get_primary(text) IS
 $$The live primary of service type p_utype: one row (instance, term, last heartbeat, valid until) if (server time - last heartbeat) <= T, no row if the entry is missing, vacant or expired.
@@ -170,9 +171,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.check_primary(p_instance_id uuid, p_utype text)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._check_primary(p_instance_id, p_utype, clock_timestamp()) $$;
+AS $$ BEGIN RETURN tenure._check_primary(p_instance_id, p_utype, clock_timestamp()); END $$;
 
 COMMENT ON FUNCTION tenure.check_primary(uuid, text) IS
 $$True only if instance p_instance_id is the live primary of service type p_utype now, by the server's clock; false otherwise, including for an unknown type.
@@ -214,9 +215,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.heartbeat_resign(p_instance_id uuid, p_utype text)
 RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._heartbeat_resign(p_instance_id, p_utype, NULL) $$;
+AS $$ BEGIN RETURN tenure._heartbeat_resign(p_instance_id, p_utype, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.heartbeat_resign(uuid, text) IS
 $$Instance p_instance_id gives up being primary of p_utype at once (clean shutdown), so the next bid takes over without waiting for T.
@@ -272,9 +273,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.heartbeat_fence(p_instance_id uuid, p_utype text, p_term bigint)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._heartbeat_fence(p_instance_id, p_utype, p_term, NULL) $$;
+AS $$ BEGIN PERFORM tenure._heartbeat_fence(p_instance_id, p_utype, p_term, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.heartbeat_fence(uuid, text, bigint) IS
 $$Fence an application write: call it inside the transaction that makes the write; it raises TN101 (not_primary) unless p_instance_id is the live primary of p_utype in term p_term, and otherwise holds off any takeover until that transaction ends. A primary that hung and lost its term can therefore never write. A term granted before a failover is refused until the holder renewed (and so got a new term), and the fenced transaction commits as durably as a grant (synchronous_commit at least on).

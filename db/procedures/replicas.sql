@@ -9,7 +9,8 @@
 -- objsubid = 1, so the two forms never collide).
 --
 -- Each public function is a SECURITY DEFINER wrapper over an internal one that takes
--- the time to act at (p_now, NULL = the server's clock).
+-- the time to act at (p_now, NULL = the server's clock), in PL/pgSQL: a SQL function
+-- with SET is parsed and planned again on every call.
 
 -- The 30-bit lock id of (scope, counter): the first 32 bits of md5('scope/counter'),
 -- truncated to 30 bits. md5 is the same on every server and in every language, so
@@ -101,9 +102,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION tenure.replica_register(p_counter integer DEFAULT 0, p_scope text DEFAULT NULL)
 RETURNS integer
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT (tenure._replica_register('replica_register', p_counter, p_scope, NULL)).lock_id $$;
+AS $$ BEGIN RETURN (tenure._replica_register('replica_register', p_counter, p_scope, NULL)).lock_id; END $$;
 
 COMMENT ON FUNCTION tenure.replica_register(integer, text) IS
 $$Register the replica lock (p_scope, p_counter) and return its lock id (replica_lock_id); registering it again returns the same id. replica_acquire registers implicitly.
@@ -177,9 +178,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.replica_acquire(
     p_replica text, p_reserve interval DEFAULT NULL, p_counter integer DEFAULT 0, p_scope text DEFAULT NULL
 ) RETURNS SETOF tenure.replica_grant
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM tenure._replica_acquire(p_replica, p_reserve, p_counter, p_scope, NULL) $$;
+AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._replica_acquire(p_replica, p_reserve, p_counter, p_scope, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.replica_acquire(text, interval, integer, text) IS
 $$Try to make the calling session the active replica p_replica of lock (p_scope, p_counter): take the exclusive session-level advisory lock (1952804469, lock id) without waiting. On success the epoch grows by one, the acquisition is logged with the server's time, and the lock stays reserved for p_replica until p_reserve after its last ping: while the lock is free but reserved, other replicas are refused, so a holder whose connection broke can reconnect and reclaim it.
@@ -229,10 +230,10 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.replica_guard(
     p_epoch bigint DEFAULT NULL, p_counter integer DEFAULT 0, p_scope text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The guarded write commits as durably as a grant (synchronous_commit at least on).
-AS $$ SELECT tenure._durable(); SELECT (tenure._replica_held('replica_guard', p_epoch, p_counter, p_scope)).epoch $$;
+AS $$ BEGIN PERFORM tenure._durable(); RETURN (tenure._replica_held('replica_guard', p_epoch, p_counter, p_scope)).epoch; END $$;
 
 COMMENT ON FUNCTION tenure.replica_guard(bigint, integer, text) IS
 $$The write guard: call it first in each non-idempotent write transaction of the active replica, on its lock connection. Raises TN101 (not leader) unless the calling session holds lock (p_scope, p_counter) now, and, when p_epoch is given, holds it in that epoch. Returns the epoch. A session keeps a session-level lock until it ends, so a transaction that passed the guard commits only while its replica is active.
@@ -279,9 +280,9 @@ CREATE OR REPLACE FUNCTION tenure.replica_ping(
     p_replica text, p_epoch bigint, p_reserve interval DEFAULT NULL, p_counter integer DEFAULT 0,
     p_scope text DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._replica_ping(p_replica, p_epoch, p_reserve, p_counter, p_scope, NULL) $$;
+AS $$ BEGIN RETURN tenure._replica_ping(p_replica, p_epoch, p_reserve, p_counter, p_scope, NULL); END $$;
 
 COMMENT ON FUNCTION tenure.replica_ping(text, bigint, interval, integer, text) IS
 $$The active replica's ping on its lock connection, every interval: checks like replica_guard that the session holds the lock in p_epoch, records the server's time as the last ping and reserves the lock for p_replica until p_reserve after it (NULL: no reservation). Returns the server's time of the ping. The ping also keeps the lock session from ending by idle_session_timeout, which is what frees the lock of a frozen replica.
@@ -320,9 +321,9 @@ $$;
 CREATE OR REPLACE FUNCTION tenure.replica_release(
     p_replica text, p_counter integer DEFAULT 0, p_scope text DEFAULT NULL
 ) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT tenure._replica_release(p_replica, p_counter, p_scope) $$;
+AS $$ BEGIN RETURN tenure._replica_release(p_replica, p_counter, p_scope); END $$;
 
 COMMENT ON FUNCTION tenure.replica_release(text, integer, text) IS
 $$Step down on a clean stop: release the lock if the calling session holds it and drop p_replica's reservation, so a passive replica acquires the lock at its next try. Returns true if the session held the lock; false, registering nothing, for a lock that was never registered.

@@ -1,6 +1,6 @@
 -- Conventions every public function of schema tenure must keep, whatever its area.
 BEGIN;
-SELECT plan(7);
+SELECT plan(8);
 
 SELECT has_schema('tenure');
 SELECT has_role('tenure_owner');
@@ -23,6 +23,14 @@ SELECT is(
            ORDER BY 1),
     ARRAY[]::text[],
     'every public function is SECURITY DEFINER, pins search_path and is executable by tenure_worker');
+
+SELECT is(
+    ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
+           WHERE p.pronamespace = 'tenure'::regnamespace AND p.proname !~ '^_'
+             AND p.prolang <> (SELECT l.oid FROM pg_language l WHERE l.lanname = 'plpgsql')
+           ORDER BY 1),
+    ARRAY[]::text[],
+    'every public function is PL/pgSQL (a SQL function with SET is parsed and planned again on every call)');
 
 SELECT is(
     ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
