@@ -387,6 +387,7 @@ DECLARE
     v_grants tenure.batch_grant[];
     v_open text[];
     v_served text[];
+    v_live_until timestamptz;
 BEGIN
     PERFORM tenure._check_name('batch_select', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_select', 'p_instance', p_instance);
@@ -399,6 +400,9 @@ BEGIN
             quote_nullable(p_depth), 'Pass 1 for one round (the oldest eligible batch of every key) or k rounds.');
     END IF;
     PERFORM tenure._durable();
+    -- the caller's claims that follow its instance row expire with it (claims_follow_instance)
+    v_live_until := (SELECT i.expires_at FROM tenure.claim_instance i
+                      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance);
     -- The keys this call considers: held keys that are ready (a batch waits and the key is
     -- not plainly blocked: halted, or serial with a batch in flight), least recently served
     -- first, then oldest waiting; a few more than p_limit of them. They are read from the
@@ -417,7 +421,8 @@ BEGIN
                      LIMIT v_scan) w
              -- a scalar subquery, not EXISTS: a join could read every claim of the keyspace
              WHERE (SELECT c.claimant FROM tenure.claim_key c
-                     WHERE c.keyspace = p_keyspace AND c.key = w.key AND c.expires_at >= v_now) = p_instance
+                     WHERE c.keyspace = p_keyspace AND c.key = w.key
+                       AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now) = p_instance
              ORDER BY w.last_selected NULLS FIRST, w.head_at, w.key
              LIMIT v_want) w;
     IF cardinality(v_keys) < v_want THEN
@@ -430,7 +435,8 @@ BEGIN
           FROM (SELECT k.key
                   FROM tenure.claim_key c
                   JOIN tenure.batch_key k ON k.keyspace = c.keyspace AND k.key = c.key
-                 WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND c.expires_at >= v_now AND k.ready
+                 WHERE c.keyspace = p_keyspace AND c.claimant = p_instance AND k.ready
+                   AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now
                  ORDER BY k.last_selected NULLS FIRST, k.head_at, k.key
                  LIMIT v_want) x;
     END IF;
@@ -451,7 +457,8 @@ BEGIN
           FROM unnest(v_keys) AS v(key)
           CROSS JOIN LATERAL (SELECT c.key, c.epoch FROM tenure.claim_key c
                                WHERE c.keyspace = p_keyspace AND c.key = v.key
-                                 AND c.claimant IS NOT DISTINCT FROM p_instance AND c.expires_at >= v_now
+                                 AND c.claimant IS NOT DISTINCT FROM p_instance
+                                 AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now
                                LIMIT 1) c
           CROSS JOIN LATERAL (SELECT k.last_selected, k.mode, k.implicit_deps FROM tenure.batch_key k
                                WHERE k.keyspace = p_keyspace AND k.key = v.key
@@ -733,6 +740,7 @@ DECLARE
     v_details text[];
     v_attempts integer[];
     v_good bigint;
+    v_live_until timestamptz;
 BEGIN
     IF v_count = 0 OR EXISTS (
         SELECT FROM jsonb_array_elements(p_resolutions) e(item)
@@ -762,6 +770,9 @@ BEGIN
      ORDER BY c.key
        FOR KEY SHARE;
     v_now := coalesce(p_now, clock_timestamp());  -- after the locks, as claim_fence reads it
+    -- the caller's claims that follow its instance row expire with it (claims_follow_instance)
+    v_live_until := (SELECT i.expires_at FROM tenure.claim_instance i
+                      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance);
     -- every batch found and resolvable, in the attempt given if one is, of a key held now in the
     -- epoch given (each row by its primary key)
     SELECT count(*) INTO v_good
@@ -773,7 +784,7 @@ BEGIN
       CROSS JOIN LATERAL (SELECT FROM tenure.claim_key c
                            WHERE c.keyspace = p_keyspace AND c.key = b.key
                              AND c.claimant IS NOT DISTINCT FROM p_instance AND c.epoch = r.epoch
-                             AND c.expires_at >= v_now
+                             AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now
                            LIMIT 1) c;
     IF v_good <> v_count THEN
         RETURN false;
@@ -926,9 +937,15 @@ RETURNS SETOF tenure.batch_grant
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_live_until timestamptz;
 BEGIN
     PERFORM tenure._check_name('batch_pending', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_pending', 'p_instance', p_instance);
+    -- the caller's claims that follow its instance row expire with it (claims_follow_instance)
+    v_live_until := (SELECT i.expires_at FROM tenure.claim_instance i
+                      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance);
     -- Driven by the queue's pending batches (the index batch_unsettled: the batches in flight,
     -- few), each key's claim read by its primary key: never every held key per call (with
     -- stale statistics a join walked the caller's claims once per pending batch).
@@ -938,7 +955,7 @@ BEGIN
           CROSS JOIN LATERAL (SELECT c.epoch FROM tenure.claim_key c
                                WHERE c.keyspace = p_keyspace AND c.key = b.key
                                  AND c.claimant IS NOT DISTINCT FROM p_instance
-                                 AND c.expires_at >= coalesce(p_now, clock_timestamp())
+                                 AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now
                                LIMIT 1) c
          WHERE b.keyspace = p_keyspace AND b.status = 'pending'
          ORDER BY b.key, b.seq;
@@ -967,6 +984,7 @@ SET jit = off
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_live_until timestamptz;
 BEGIN
     PERFORM tenure._check_name('batch_check', 'p_keyspace', p_keyspace);
     PERFORM tenure._check_instance('batch_check', 'p_instance', p_instance);
@@ -976,11 +994,14 @@ BEGIN
             format('%s keys, %s epochs', cardinality(p_keys), cardinality(p_epochs)),
             'Pass the key and the claim_epoch of each batch about to be submitted, in two arrays.');
     END IF;
+    -- the caller's claims that follow its instance row expire with it (claims_follow_instance)
+    v_live_until := (SELECT i.expires_at FROM tenure.claim_instance i
+                      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance);
     RETURN ARRAY(
         SELECT EXISTS (SELECT FROM tenure.claim_key c
                         WHERE c.keyspace = p_keyspace AND c.key = r.key
                           AND c.claimant IS NOT DISTINCT FROM p_instance AND c.epoch = r.epoch
-                          AND c.expires_at >= v_now)
+                          AND CASE WHEN c.attached THEN v_live_until ELSE c.expires_at END >= v_now)
           FROM unnest(p_keys, p_epochs) WITH ORDINALITY AS r(key, epoch, ord)
          ORDER BY r.ord);
 END

@@ -3,6 +3,10 @@
 -- takes the time to act at (p_now, NULL = the server's clock).
 -- The wrappers are PL/pgSQL, not SQL: a SQL function with SET (search_path) is parsed
 -- and planned again on every call, which cost more than the call's own work.
+-- A claim is attached to its claimant's row in claim_instance (claim_key.attached) or
+-- detached: its expiry is the instance row's expires_at while attached, else its own
+-- (see claims_follow_instance). Every live claim of a live instance is attached once the
+-- instance renewed or took, so a renewal writes the instance row and reads its keys.
 
 CREATE OR REPLACE FUNCTION tenure._check_keys(p_function text, p_argument text, p_keys text[])
 RETURNS void
@@ -27,18 +31,59 @@ BEGIN
 END
 $$;
 
+-- Leave the attached claims of the instances p_instances (whose rows the caller locked)
+-- with the expiry of their rows, and drop their caches of held claims: for rows that
+-- lapsed, before anything extends them again. An instance waits for its own keys; any
+-- other caller skips locked keys (a batch call may hold one and wait for a key the
+-- caller holds), which stay attached to the lapsed row, as expired as the detached.
+CREATE OR REPLACE FUNCTION tenure._claim_detach(p_keyspace text, p_instances uuid[], p_wait boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_wait THEN
+        UPDATE tenure.claim_key AS k SET attached = false, expires_at = i.expires_at
+          FROM tenure.claim_instance i
+         WHERE i.keyspace = p_keyspace AND i.instance_id = ANY (p_instances)
+           AND k.keyspace = p_keyspace AND k.claimant = i.instance_id AND k.attached;
+    ELSE
+        UPDATE tenure.claim_key AS k SET attached = false, expires_at = i.expires_at
+          FROM tenure.claim_instance i
+         WHERE i.keyspace = p_keyspace AND i.instance_id = ANY (p_instances)
+           AND k.keyspace = p_keyspace AND k.claimant = i.instance_id
+           AND k.key IN (SELECT l.key FROM tenure.claim_key l
+                          WHERE l.keyspace = p_keyspace AND l.claimant = ANY (p_instances) AND l.attached
+                            FOR NO KEY UPDATE SKIP LOCKED);
+    END IF;
+    UPDATE tenure.claim_instance SET held_until = NULL
+     WHERE keyspace = p_keyspace AND instance_id = ANY (p_instances) AND held_until IS NOT NULL;
+END
+$$;
+
 -- Raise the liveness of the caller in a keyspace and return the fair share there. The
 -- upsert also locks the caller's row, so that two calls of one instance take turns
 -- with its cache of held claims. The keys are counted by claim_keyspace, not here.
+-- A row that lapsed leaves its claims expired first (a renewal extends live claims
+-- only); live claims still detached are attached, so that every live claim of the
+-- caller is attached from here on.
 CREATE OR REPLACE FUNCTION tenure._claim_alive(p_keyspace text, p_instance uuid, p_expiry interval, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM FROM tenure.claim_instance i
+      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance AND i.expires_at < p_now
+        FOR UPDATE;
+    IF FOUND THEN
+        PERFORM tenure._claim_detach(p_keyspace, ARRAY[p_instance], true);
+    END IF;
     INSERT INTO tenure.claim_instance AS i (keyspace, instance_id, renewed_at, expires_at)
     VALUES (p_keyspace, p_instance, p_now, p_now + p_expiry)
     ON CONFLICT (keyspace, instance_id) DO UPDATE SET renewed_at = excluded.renewed_at, expires_at = excluded.expires_at;
+    UPDATE tenure.claim_key AS k SET attached = true
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND NOT k.attached AND k.expires_at >= p_now;
     RETURN tenure._claim_share(p_keyspace, p_instance, p_now);
 END
 $$;
@@ -77,9 +122,11 @@ BEGIN
     IF v_instance.held_at <= p_now AND p_now <= v_instance.held_until THEN
         RETURN v_instance.held_count;
     END IF;
-    SELECT (count(*) FILTER (WHERE k.expires_at >= p_now))::integer, coalesce(min(k.expires_at), 'infinity')
+    SELECT (count(*) FILTER (WHERE e.expires_at >= p_now))::integer, coalesce(min(e.expires_at), 'infinity')
       INTO v_count, v_until
-      FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
+      FROM tenure.claim_key k
+     CROSS JOIN LATERAL (SELECT CASE WHEN k.attached THEN v_instance.expires_at ELSE k.expires_at END AS expires_at) e
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
     UPDATE tenure.claim_instance SET held_count = v_count, held_at = p_now, held_until = v_until
      WHERE keyspace = p_keyspace AND instance_id = p_instance;
     RETURN v_count;
@@ -190,18 +237,15 @@ BEGIN
     -- held_count keys.
     SELECT coalesce(i.held_at <= v_now AND v_now <= i.held_until, false), i.held_count INTO v_trusted, v_count
       FROM tenure.claim_instance i WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance;
+    -- Every live claim of the caller is attached now, so the instance row, extended by
+    -- _claim_alive, extended them: they are read, not written. No other call changes
+    -- the claimant of an attached claim without the lock on the caller's row, which
+    -- the caller holds now.
     IF v_trusted AND v_count <= v_share THEN
-        -- Nothing to give up: extend every claim the caller holds, in one pass over its
-        -- keys, writing expires_at alone (no indexed column: the new row versions stay
-        -- on their page as HOT updates). The WHERE is checked again on each row as it
-        -- is once locked: a take that committed meanwhile made the key someone else's.
         RETURN QUERY
-        WITH renewed AS (
-            UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
-             WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-            RETURNING k.key, k.epoch, k.expires_at
-        )
-        SELECT r.key, r.epoch, r.expires_at, 'renewed' FROM renewed r ORDER BY r.key;
+        SELECT k.key, k.epoch, v_now + p_expiry, 'renewed' FROM tenure.claim_key k
+         WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.attached
+         ORDER BY k.key;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         UPDATE tenure.claim_instance
            SET held_count = v_count, held_at = v_now,
@@ -209,32 +253,28 @@ BEGIN
          WHERE keyspace = p_keyspace AND instance_id = p_instance;
         RETURN;
     END IF;
-    -- Otherwise the same pass, then the keys above the fair share are given up.
-    WITH renewed AS (
-        UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
-         WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-        RETURNING k.key, k.epoch, k.claimed_at
-    )
-    SELECT coalesce(array_agg(r.key ORDER BY r.key), '{}'), array_agg(r.epoch ORDER BY r.key),
-           array_agg(r.claimed_at ORDER BY r.key)
+    -- Otherwise the same claims, then the keys above the fair share are given up.
+    SELECT coalesce(array_agg(k.key ORDER BY k.key), '{}'), array_agg(k.epoch ORDER BY k.key),
+           array_agg(k.claimed_at ORDER BY k.key)
       INTO v_keys, v_epochs, v_claimed
-      FROM renewed r;
+      FROM tenure.claim_key k
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.attached;
     -- Above the fair share, give up the most recently claimed keys.
     IF cardinality(v_keys) > v_share THEN
         v_excess := ARRAY(SELECT u.key FROM unnest(v_keys, v_claimed) AS u(key, claimed_at)
                            ORDER BY u.claimed_at, u.key OFFSET v_share);
         UPDATE tenure.claim_key AS k
-           SET claimant = NULL, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
+           SET claimant = NULL, attached = false, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
          WHERE k.keyspace = p_keyspace AND k.key = ANY (v_excess);
     END IF;
     -- The cache: what the caller holds now, and the earliest expiry of any key it still
     -- claims. A trusted cache knew every such key was live, so all were just renewed;
-    -- otherwise expired claims nobody took yet may remain, and they are looked up.
-    IF v_trusted THEN
-        v_until := CASE WHEN cardinality(v_keys) > cardinality(v_excess) THEN v_now + p_expiry ELSE 'infinity' END;
-    ELSE
-        SELECT coalesce(min(k.expires_at), 'infinity') INTO v_until
-          FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance;
+    -- otherwise expired claims nobody took yet (detached) may remain, and they are
+    -- looked up.
+    v_until := CASE WHEN cardinality(v_keys) > cardinality(v_excess) THEN v_now + p_expiry ELSE 'infinity' END;
+    IF NOT v_trusted THEN
+        SELECT least(v_until, min(k.expires_at)) INTO v_until
+          FROM tenure.claim_key k WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND NOT k.attached;
     END IF;
     UPDATE tenure.claim_instance
        SET held_count = cardinality(v_keys) - cardinality(v_excess), held_at = v_now, held_until = v_until
@@ -273,7 +313,7 @@ DECLARE
     v_share integer;
     v_held integer;
     v_room integer;
-    v_suspects uuid[];
+    v_lapsed uuid[];
     v_keys text[];
     v_epochs bigint[];
     v_expiries timestamptz[];
@@ -295,33 +335,33 @@ BEGIN
     v_held := tenure._claim_held(p_keyspace, p_instance, v_now);
     v_room := v_share - v_held;
     v_room := least(v_room, coalesce(p_limit, v_room));
-    DELETE FROM tenure.claim_instance WHERE keyspace = p_keyspace AND expires_at < v_now - 10 * p_expiry;
+    -- Expired claims: the attached claims of instances whose rows lapsed are detached,
+    -- with the rows locked (SKIP LOCKED: a locked row is an instance renewing itself), so
+    -- that every expired claim is detached (the index claim_key_detached).
+    v_lapsed := ARRAY(SELECT i.instance_id FROM tenure.claim_instance i
+                       WHERE i.keyspace = p_keyspace AND i.expires_at < v_now
+                         AND EXISTS (SELECT FROM tenure.claim_key k
+                                      WHERE k.keyspace = p_keyspace AND k.claimant = i.instance_id AND k.attached)
+                         FOR UPDATE SKIP LOCKED);
+    IF cardinality(v_lapsed) > 0 THEN
+        PERFORM tenure._claim_detach(p_keyspace, v_lapsed, false);
+    END IF;
+    -- Rows of instances gone for long, once no claim follows them.
+    DELETE FROM tenure.claim_instance i
+     WHERE i.keyspace = p_keyspace AND i.expires_at < v_now - 10 * p_expiry
+       AND NOT EXISTS (SELECT FROM tenure.claim_key k
+                        WHERE k.keyspace = p_keyspace AND k.claimant = i.instance_id AND k.attached);
     IF v_room < 1 THEN
         RETURN;  -- at its fair share: no key is looked at
     END IF;
-    -- Expired claims can only be among the keys of claimants whose cache does not vouch
-    -- for now (or who have no row any more). The claimants are read from the claimant
-    -- index one at a time (a loose index scan): as many probes as there are claimants.
-    v_suspects := ARRAY(
-        WITH RECURSIVE c(claimant) AS (
-            (SELECT k.claimant FROM tenure.claim_key k
-              WHERE k.keyspace = p_keyspace AND k.claimant IS NOT NULL ORDER BY k.claimant LIMIT 1)
-            UNION ALL
-            SELECT (SELECT k.claimant FROM tenure.claim_key k
-                     WHERE k.keyspace = p_keyspace AND k.claimant > c.claimant ORDER BY k.claimant LIMIT 1)
-              FROM c WHERE c.claimant IS NOT NULL
-        )
-        SELECT c.claimant FROM c
-         WHERE c.claimant IS NOT NULL
-           AND NOT EXISTS (SELECT FROM tenure.claim_instance i
-                            WHERE i.keyspace = p_keyspace AND i.instance_id = c.claimant
-                              AND i.held_at <= v_now AND v_now <= i.held_until));
     -- Free keys come from their own index (claim_key_free, in the order taken),
-    -- expired ones from the suspects' keys. The rows are locked as they are chosen,
+    -- expired ones from the detached claims. The rows are locked as they are chosen,
     -- skipping locked ones: a key whose holder is writing under claim_fence is skipped
-    -- until that write committed. With suspects the statement is planned for the
-    -- claimants at hand (a generic plan would scan the keyspace).
-    IF cardinality(v_suspects) = 0 THEN
+    -- until that write committed. With expired claims the statement is planned for the
+    -- time at hand (a generic plan would scan the keyspace).
+    IF NOT EXISTS (SELECT FROM tenure.claim_key k
+                    WHERE k.keyspace = p_keyspace AND k.claimant IS NOT NULL AND NOT k.attached
+                      AND k.expires_at < v_now) THEN
         SELECT coalesce(array_agg(c.key), '{}'), array_agg(c.unclaimed_since)
           INTO v_keys, v_since
           FROM (SELECT k.key, k.unclaimed_since FROM tenure.claim_key k
@@ -335,18 +375,18 @@ BEGIN
               FROM (SELECT k.key, coalesce(k.unclaimed_since, k.expires_at) AS since, k.claimant AS previous
                       FROM tenure.claim_key k
                      WHERE k.keyspace = $1
-                       AND (k.claimant IS NULL OR (k.claimant = ANY ($2) AND k.expires_at < $3))
+                       AND (k.claimant IS NULL OR (k.claimant IS NOT NULL AND NOT k.attached AND k.expires_at < $2))
                      ORDER BY coalesce(k.unclaimed_since, k.expires_at), k.key
-                     LIMIT $4
+                     LIMIT $3
                        FOR UPDATE SKIP LOCKED) c
-        $q$ INTO v_keys, v_since, v_previous USING p_keyspace, v_suspects, v_now, v_room;
+        $q$ INTO v_keys, v_since, v_previous USING p_keyspace, v_now, v_room;
     END IF;
     -- Claim times are read after the row locks.
     WITH taken AS (
         UPDATE tenure.claim_key AS k
-           SET claimant = p_instance, epoch = k.epoch + 1, unclaimed_since = NULL,
+           SET claimant = p_instance, attached = true, epoch = k.epoch + 1, unclaimed_since = NULL,
                claimed_at = coalesce(p_now, clock_timestamp()),
-               expires_at = coalesce(p_now, clock_timestamp()) + p_expiry
+               expires_at = v_now + p_expiry  -- the instance row's, which the claim follows
           FROM unnest(v_keys, v_since) AS c(key, since)
          WHERE k.keyspace = p_keyspace AND k.key = c.key
         RETURNING k.key, k.epoch, k.expires_at, k.claimed_at, c.since
@@ -389,6 +429,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance
 
 COMMENT ON FUNCTION tenure.claim_take(text, uuid, interval, integer) IS
 $$Claim, for instance p_instance, keys of keyspace p_keyspace that are unclaimed or whose claim expired, longest unclaimed first, until p_expiry from now: at most up to the caller's fair share (registered keys / live instances, rounded up) minus what it holds, and at most p_limit. Each key's epoch grows by one.
+The caller is live until then, and so are the claims it already holds: claims follow their instance.
 If another instance is taking in the same keyspace at this moment, the step is skipped instead of waiting: one row with change = 'busy' and no key.
 Returns the keys taken (change = 'taken'); no row when there was nothing to take or no room.
 Errors: TN001 on an empty keyspace, a NULL instance, a non-positive expiry or p_limit below 1.$$;
@@ -397,8 +438,8 @@ Errors: TN001 on an empty keyspace, a NULL instance, a non-positive expiry or p_
 
 -- One cycle in one statement and one transaction: claim_renew, then claim_take when the
 -- caller has room below its fair share. An instance at its fair share whose cache of held
--- claims vouches for now (the steady state) pays one update of its instance row and one
--- of its own keys, and no take: a take would find no room.
+-- claims vouches for now (the steady state) pays one update of its instance row, which
+-- its claims follow, and a read of its keys, and no take: a take would find no room.
 CREATE OR REPLACE FUNCTION tenure._claim_cycle(
     p_keyspace text, p_instance uuid, p_expiry interval, p_limit integer, p_now timestamptz
 ) RETURNS SETOF tenure.claim_grant
@@ -432,27 +473,27 @@ BEGIN
       INTO v_share, v_stale
       FROM tenure.claim_instance i WHERE i.keyspace = p_keyspace;
     -- Live until now + p_expiry, locking the caller's row first (instance, then keys, as
-    -- renew and take lock). When its cache vouches for now and it holds no more than its
-    -- share, every key it claims is live and is renewed below: the cache then holds until
-    -- now + p_expiry (held_count is unchanged, and held_at stays, as the count held since).
-    -- Otherwise the cache is cleared, and claim_renew's own pass sets it.
+    -- renew and take lock), if it has not lapsed. When its cache vouches for now and it
+    -- holds no more than its share, every key it claims is live and attached, so extended
+    -- with the row: the cache then holds until now + p_expiry (held_count is unchanged,
+    -- and held_at stays, as the count held since). Otherwise the cache is cleared, and
+    -- claim_renew's own pass sets it.
     UPDATE tenure.claim_instance AS i
        SET renewed_at = v_now, expires_at = v_now + p_expiry,
            held_until = CASE WHEN i.held_at <= v_now AND v_now <= i.held_until AND i.held_count <= v_share
                              THEN CASE WHEN i.held_count > 0 THEN v_now + p_expiry ELSE 'infinity' END END
-     WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance
+     WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance AND i.expires_at >= v_now
     RETURNING i.held_count, i.held_until IS NOT NULL INTO v_held, v_fits;
     IF NOT coalesce(v_fits, false) THEN
-        -- A new instance, an outdated cache or keys above the share: the two calls.
+        -- A new or lapsed instance, an outdated cache or keys above the share: the two calls.
         RETURN QUERY SELECT * FROM tenure._claim_renew(p_keyspace, p_instance, p_expiry, v_now);
         RETURN QUERY SELECT * FROM tenure._claim_take(p_keyspace, p_instance, p_expiry, p_limit, p_now);
         RETURN;
     END IF;
-    -- claim_renew's pass (see there), in no particular order.
+    -- claim_renew's read (see there), in no particular order.
     RETURN QUERY
-    UPDATE tenure.claim_key AS k SET expires_at = v_now + p_expiry
-     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
-    RETURNING k.key, k.epoch, k.expires_at, 'renewed'::text;
+    SELECT k.key, k.epoch, v_now + p_expiry, 'renewed'::text FROM tenure.claim_key k
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.attached;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count <> v_held THEN
         -- The cache was wrong (no write should leave it so): the next call recounts.
@@ -467,6 +508,9 @@ BEGIN
         DELETE FROM tenure.claim_instance
          WHERE (keyspace, instance_id) IN (SELECT i.keyspace, i.instance_id FROM tenure.claim_instance i
                                             WHERE i.keyspace = p_keyspace AND i.expires_at < v_now - 10 * p_expiry
+                                              AND NOT EXISTS (SELECT FROM tenure.claim_key k
+                                                               WHERE k.keyspace = p_keyspace
+                                                                 AND k.claimant = i.instance_id AND k.attached)
                                               FOR UPDATE SKIP LOCKED);
     END IF;
 END
@@ -493,6 +537,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_live_until timestamptz;
     v_count integer;
 BEGIN
     PERFORM tenure._check_name('claim_release', 'p_keyspace', p_keyspace);
@@ -502,10 +547,12 @@ BEGIN
     END IF;
     PERFORM tenure._durable();
     -- The caller's row first, in the order renew and take lock (instance, then keys).
-    PERFORM FROM tenure.claim_instance WHERE keyspace = p_keyspace AND instance_id = p_instance FOR UPDATE;
+    SELECT i.expires_at INTO v_live_until FROM tenure.claim_instance i
+     WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance FOR UPDATE;
     UPDATE tenure.claim_key AS k
-       SET claimant = NULL, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
-     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance AND k.expires_at >= v_now
+       SET claimant = NULL, attached = false, expires_at = NULL, claimed_at = NULL, unclaimed_since = v_now
+     WHERE k.keyspace = p_keyspace AND k.claimant = p_instance
+       AND CASE WHEN k.attached THEN v_live_until ELSE k.expires_at END >= v_now
        AND (p_keys IS NULL OR k.key = ANY (p_keys));
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF p_keys IS NULL THEN
@@ -545,8 +592,11 @@ BEGIN
             quote_nullable(p_epoch), 'Pass the epoch that claim_take returned for the key.');
     END IF;
     RETURN EXISTS (SELECT FROM tenure.claim_key k
-                    WHERE k.keyspace = p_keyspace AND k.key = p_key AND k.claimant = p_instance
-                      AND k.epoch = p_epoch AND k.expires_at >= coalesce(p_now, clock_timestamp()));
+                    WHERE k.keyspace = p_keyspace AND k.key = p_key AND k.claimant = p_instance AND k.epoch = p_epoch
+                      AND CASE WHEN k.attached
+                               THEN (SELECT i.expires_at FROM tenure.claim_instance i
+                                      WHERE i.keyspace = p_keyspace AND i.instance_id = p_instance)
+                               ELSE k.expires_at END >= coalesce(p_now, clock_timestamp()));
 END
 $$;
 
@@ -581,6 +631,11 @@ BEGIN
     -- transaction ends.
     PERFORM tenure._durable();  -- the fenced write commits as durably as the claim
     SELECT * INTO v_key FROM tenure.claim_key WHERE keyspace = p_keyspace AND key = p_key FOR KEY SHARE;
+    IF v_key.attached THEN
+        -- The claim's expiry is its instance row's (see claims_follow_instance).
+        v_key.expires_at := coalesce((SELECT i.expires_at FROM tenure.claim_instance i
+                                       WHERE i.keyspace = p_keyspace AND i.instance_id = v_key.claimant), '-infinity');
+    END IF;
     v_now := coalesce(p_now, clock_timestamp());
     IF v_key.claimant IS DISTINCT FROM p_instance OR v_key.epoch <> p_epoch OR v_key.expires_at < v_now
        OR v_key.key IS NULL THEN

@@ -204,7 +204,7 @@ BEGIN
     UPDATE tenure.claim_key AS k
        SET expires_at = v_now + (i.expires_at - i.renewed_at)
       FROM tenure.claim_instance i
-     WHERE i.keyspace = k.keyspace AND i.instance_id = k.claimant
+     WHERE i.keyspace = k.keyspace AND i.instance_id = k.claimant AND NOT k.attached  -- the attached follow i
        AND k.expires_at >= v_now - (i.expires_at - i.renewed_at);
     UPDATE tenure.claim_instance
        SET expires_at = v_now + (expires_at - renewed_at), renewed_at = v_now

@@ -8,7 +8,7 @@
 -- fence 'chk' 03-08, costs 'cost' and 'cost2' 03-09. The server clock is used only for the key d of 'reg' and in the
 -- keyspaces 'many', 'durable' and 'worker'.
 BEGIN;
-SELECT plan(223);
+SELECT plan(225);
 
 -- The SQLSTATE, message and DETAIL that a statement raises (NULL if it raises nothing).
 CREATE FUNCTION pg_temp.error_of(p_sql text)
@@ -194,7 +194,8 @@ SELECT results_eq(
              ('k10', 1, '2000-03-03 00:00:13+00', 'renewed')$$,
     'with 2 live instances the share is 5: a''s renewal releases its 5 most recently claimed keys and renews the others');
 SELECT results_eq(
-    $$SELECT key, claimant, epoch, expires_at, claimed_at, unclaimed_since FROM tenure.claim_key
+    $$SELECT k.key, k.claimant, k.epoch, c.expires_at, k.claimed_at, k.unclaimed_since
+        FROM tenure.claim_key k JOIN tenure.claims c USING (keyspace, key)
        WHERE keyspace = 'fair' AND key IN ('k01', 'k06') ORDER BY key$$,
     $$VALUES ('k01', NULL::uuid, 1::bigint, NULL::timestamptz, NULL::timestamptz, '2000-03-03 00:00:03+00'::timestamptz),
              ('k06', '00000000-0000-0000-0000-00000000000a', 1, '2000-03-03 00:00:13+00', '2000-03-03 00:00:00+00', NULL)$$,
@@ -254,26 +255,30 @@ SELECT results_eq(
     $$SELECT * FROM tenure._claim_take('renew', '00000000-0000-0000-0000-00000000000a', '10 s', 1, '2000-03-04 00:00:15+00')$$,
     $$VALUES ('r2', 1::bigint, '2000-03-04 00:00:25+00'::timestamptz, 'taken')$$,
     'a takes r2 until T + 25 s');
+SELECT results_eq(
+    $$SELECT key, expires_at FROM tenure.claims WHERE keyspace = 'renew' ORDER BY key$$,
+    $$VALUES ('r1', '2000-03-04 00:00:25+00'::timestamptz), ('r2', '2000-03-04 00:00:25+00')$$,
+    'r1 follows a''s instance row, which the take extended: both expire at T + 25 s');
 SELECT is_empty(
-    $$SELECT * FROM tenure._claim_take('renew', '00000000-0000-0000-0000-00000000000b', '10 s', NULL, '2000-03-04 00:00:20+00')$$,
-    'at exactly the claim''s expires_at another instance cannot take it');
+    $$SELECT * FROM tenure._claim_take('renew', '00000000-0000-0000-0000-00000000000b', '10 s', NULL, '2000-03-04 00:00:25+00')$$,
+    'at exactly the claims'' expiry another instance cannot take them');
+SELECT is_empty(
+    $$SELECT * FROM tenure._claim_renew('renew', '00000000-0000-0000-0000-00000000000a', '10 s', '2000-03-04 00:00:25.000001+00')$$,
+    '1 microsecond after its claims expired the holder cannot renew them: absent from the result');
 SELECT results_eq(
-    $$SELECT * FROM tenure._claim_renew('renew', '00000000-0000-0000-0000-00000000000a', '10 s', '2000-03-04 00:00:20.000001+00')$$,
-    $$VALUES ('r2', 1::bigint, '2000-03-04 00:00:30.000001+00'::timestamptz, 'renewed')$$,
-    '1 microsecond after r1 expired the holder cannot renew it: absent from the result; r2 is renewed');
+    $$SELECT claimant, epoch, attached, expires_at FROM tenure.claim_key WHERE keyspace = 'renew' ORDER BY key$$,
+    $$VALUES ('00000000-0000-0000-0000-00000000000a'::uuid, 1::bigint, false, '2000-03-04 00:00:25+00'::timestamptz),
+             ('00000000-0000-0000-0000-00000000000a', 1, false, '2000-03-04 00:00:25+00')$$,
+    'the expired claims are left to themselves by the refused renewal, with the expiry they had');
 SELECT results_eq(
-    $$SELECT claimant, epoch, expires_at FROM tenure.claim_key WHERE keyspace = 'renew' AND key = 'r1'$$,
-    $$VALUES ('00000000-0000-0000-0000-00000000000a'::uuid, 1::bigint, '2000-03-04 00:00:20+00'::timestamptz)$$,
-    'the expired claim is left as it was by the refused renewal');
-SELECT results_eq(
-    $$SELECT * FROM tenure._claim_take('renew', '00000000-0000-0000-0000-00000000000b', '10 s', NULL, '2000-03-04 00:00:20.000001+00')$$,
-    $$VALUES ('r1', 2::bigint, '2000-03-04 00:00:30.000001+00'::timestamptz, 'taken')$$,
-    '1 microsecond after it expired another instance takes it in the next epoch');
+    $$SELECT * FROM tenure._claim_take('renew', '00000000-0000-0000-0000-00000000000b', '10 s', NULL, '2000-03-04 00:00:25.000001+00')$$,
+    $$VALUES ('r1', 2::bigint, '2000-03-04 00:00:35.000001+00'::timestamptz, 'taken')$$,
+    '1 microsecond after it expired another instance takes it in the next epoch (share 1: a counts as live again)');
 SELECT results_eq(
     $$SELECT epoch, claimant, claimed_at, unclaimed_since FROM tenure.claim_log WHERE keyspace = 'renew' AND key = 'r1' ORDER BY epoch$$,
     $$VALUES (1::bigint, '00000000-0000-0000-0000-00000000000a'::uuid, '2000-03-04 00:00:00+00'::timestamptz,
               '2000-03-03 23:59:00+00'::timestamptz),
-             (2, '00000000-0000-0000-0000-00000000000b', '2000-03-04 00:00:20.000001+00', '2000-03-04 00:00:20+00')$$,
+             (2, '00000000-0000-0000-0000-00000000000b', '2000-03-04 00:00:25.000001+00', '2000-03-04 00:00:25+00')$$,
     'the claim log: the second claim was unclaimed since the first one expired');
 SELECT is_empty(
     $$SELECT * FROM tenure._claim_renew('renew', '00000000-0000-0000-0000-00000000000a', '10 s', '2000-03-04 00:00:40+00')$$,
@@ -580,8 +585,8 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT held_count, held_at, held_until FROM tenure.claim_instance
        WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'$$,
-    $$VALUES (4, '2000-03-09 00:00:08+00'::timestamptz, '2000-03-09 00:00:15+00'::timestamptz)$$,
-    'after the recount and the take, the cache holds 4 and the earliest expiry, that of the renewed keys');
+    $$VALUES (4, '2000-03-09 00:00:08+00'::timestamptz, '2000-03-09 00:00:18+00'::timestamptz)$$,
+    'after the recount and the take, the cache holds 4 and their expiry: the take extended a''s row, which they all follow');
 SELECT results_eq(
     $$SELECT key, change FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s',
                                                    '2000-03-09 00:00:09+00')$$,
@@ -592,23 +597,27 @@ SELECT results_eq(
        WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'$$,
     $$VALUES (3, '2000-03-09 00:00:09+00'::timestamptz, '2000-03-09 00:00:19+00'::timestamptz)$$,
     'and rebuilds the cache');
--- a stops renewing: c1..c3 expire at 00:00:15, c7 at 00:00:18 (a itself is live until then).
+-- a stops renewing: c1..c3 and c7 expire at 00:00:18, with a's row.
 SELECT is((SELECT count(*) FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000b', '10 s',
                                                      '2000-03-09 00:00:16+00')), 3::bigint, 'cost: b renews');
 SELECT is_empty(
     $$SELECT * FROM tenure._claim_renew('cost', '00000000-0000-0000-0000-00000000000c', '10 s', '2000-03-09 00:00:16+00')$$,
     'cost: c joins');
-SELECT results_eq(
+SELECT is_empty(
     $$SELECT * FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000c', '10 s', NULL,
-                                        '2000-03-09 00:00:16+00')$$,
-    $$VALUES ('c1', 2::bigint, '2000-03-09 00:00:26+00'::timestamptz, 'taken'),
-             ('c2', 2, '2000-03-09 00:00:26+00', 'taken'),
-             ('c3', 2, '2000-03-09 00:00:26+00', 'taken')$$,
-    'share 3 (a, b, c live): c takes over the expired claims of a, whose cache no longer vouches; c7 is still a''s');
+                                        '2000-03-09 00:00:17+00')$$,
+    'share 3 (a, b, c live): before a''s row lapses c finds nothing to take');
+SELECT results_eq(
+    $$SELECT * FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000c', '10 s', 3,
+                                        '2000-03-09 00:00:18.5+00')$$,
+    $$VALUES ('c1', 2::bigint, '2000-03-09 00:00:28.5+00'::timestamptz, 'taken'),
+             ('c2', 2, '2000-03-09 00:00:28.5+00', 'taken'),
+             ('c3', 2, '2000-03-09 00:00:28.5+00', 'taken')$$,
+    'once it lapsed (share 4, b and c live) c takes over 3 (its limit) of a''s claims, which expired with a''s row; c7 is still a''s');
 SELECT results_eq(
     $$SELECT key, unclaimed_since FROM tenure.claim_log WHERE keyspace = 'cost' AND epoch = 2 AND key <> 'c7' ORDER BY key$$,
-    $$VALUES ('c1', '2000-03-09 00:00:15+00'::timestamptz), ('c2', '2000-03-09 00:00:15+00'),
-             ('c3', '2000-03-09 00:00:15+00')$$,
+    $$VALUES ('c1', '2000-03-09 00:00:18+00'::timestamptz), ('c2', '2000-03-09 00:00:18+00'),
+             ('c3', '2000-03-09 00:00:18+00')$$,
     'the claim log says since when each taken-over key was without a live claim');
 SELECT is((SELECT held_until FROM tenure.claim_instance
             WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000a'), NULL,
@@ -619,7 +628,7 @@ SELECT results_eq(
     $$SELECT key, epoch FROM tenure._claim_take('cost', '00000000-0000-0000-0000-00000000000c', '10 s', 1,
                                                  '2000-03-09 00:00:20+00')$$,
     $$VALUES ('c7', 3::bigint)$$,
-    'free and expired keys in one order: c7, expired at 00:00:18, before c4, free since 00:00:19');
+    'free and expired keys in one order: c7, expired at 00:00:18 with a''s row, before c4, free since 00:00:19');
 SELECT is(tenure.claim_retire('cost', ARRAY['c5']), 1, 'cost: c5, b''s, retired');
 SELECT is((SELECT held_until FROM tenure.claim_instance
             WHERE keyspace = 'cost' AND instance_id = '00000000-0000-0000-0000-00000000000b'), NULL,

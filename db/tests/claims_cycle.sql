@@ -3,7 +3,7 @@
 -- clean-up in 'cycstale'; bad input; and the blank-key checks of claim_key, which
 -- claim_key_checks rewrote, against the rule btrim(x) <> ''.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 
 CREATE FUNCTION pg_temp.error_of(p_sql text)
 RETURNS text
@@ -39,10 +39,13 @@ SELECT results_eq(
              ('k3', 1, '2000-03-10 00:00:11+00', 'renewed'), ('k4', 1, '2000-03-10 00:00:11+00', 'renewed')$$,
     'a cycle at the fair share renews every claim');
 SELECT results_eq(
-    $$SELECT count(*), min(expires_at), max(expires_at) FROM tenure.claim_key WHERE keyspace = 'cyc'
+    $$SELECT count(*), min(expires_at), max(expires_at) FROM tenure.claims WHERE keyspace = 'cyc'
        AND claimant = '00000000-0000-0000-0000-00000000000a'$$,
     $$VALUES (4::bigint, '2000-03-10 00:00:11+00'::timestamptz, '2000-03-10 00:00:11+00'::timestamptz)$$,
     'the keys expire at now + expiry');
+SELECT is((SELECT count(*) FROM tenure.claim_key WHERE keyspace = 'cyc' AND claimant = '00000000-0000-0000-0000-00000000000a'
+             AND attached AND expires_at = '2000-03-10 00:00:10+00'), 4::bigint,
+    'with the instance row: the cycle wrote none of its keys');
 SELECT results_eq(
     $$SELECT renewed_at, expires_at, held_count, held_until FROM tenure.claim_instance
        WHERE keyspace = 'cyc' AND instance_id = '00000000-0000-0000-0000-00000000000a'$$,

@@ -102,7 +102,6 @@ UPDATE tenure.task SET last_action = clock_timestamp() - interval '29 s', next_a
 UPDATE tenure.task SET last_action = clock_timestamp() - interval '130 s', next_action = clock_timestamp() - interval '100 s'
  WHERE id = '00000000-0000-0000-0000-0000000000f2';
 SELECT tenure.claim_take('dur', '00000000-0000-0000-0000-00000000000a', '30 s', 1);
-UPDATE tenure.claim_key SET expires_at = clock_timestamp() + interval '1 s' WHERE keyspace = 'dur';
 UPDATE tenure.claim_instance SET renewed_at = clock_timestamp() - interval '29 s', expires_at = clock_timestamp() + interval '1 s'
  WHERE keyspace = 'dur';
 UPDATE tenure.server_generation SET timeline = timeline + 100 WHERE generation = 2;
@@ -116,7 +115,7 @@ SELECT ok((SELECT next_action > clock_timestamp() + interval '29 s' AND epoch = 
     'the live lease keeps its owner and epoch and got its whole 30 s on the new clock');
 SELECT lives_ok($$SELECT tenure.task_fence('00000000-0000-0000-0000-0000000000f1', '00000000-0000-0000-0000-00000000000a', 1)$$,
     'a task lease keeps fencing across the failover: with synchronous commits it was not lost');
-SELECT ok((SELECT expires_at > clock_timestamp() + interval '29 s' FROM tenure.claim_key WHERE keyspace = 'dur'),
+SELECT ok((SELECT expires_at > clock_timestamp() + interval '29 s' FROM tenure.claims WHERE keyspace = 'dur'),
     'the live claim got its whole expiry on the new clock');
 SELECT results_eq($$SELECT generation FROM tenure.task_lease_log WHERE task_id = '00000000-0000-0000-0000-0000000000f2' ORDER BY epoch$$,
     $$VALUES (2::bigint), (3::bigint)$$, 'the lease log names the generation of each lease');
