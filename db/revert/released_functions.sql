@@ -19,6 +19,8 @@ DROP FUNCTION tenure.task_kind_set(text, boolean, integer, integer, integer, int
 DROP FUNCTION tenure._task_kind_set(text, boolean, integer, integer, integer, interval, timestamptz);
 DROP FUNCTION tenure._check_limit(text, integer, integer);
 DROP FUNCTION tenure._batch_resolve_one(text, uuid, uuid, bigint, text, text, timestamptz, integer);
+-- Came with claims following their instance row (claims_follow_instance).
+DROP FUNCTION tenure._claim_detach(text, uuid[], boolean);
 ALTER TYPE tenure._task_input DROP ATTRIBUTE priority, DROP ATTRIBUTE limit_key, DROP ATTRIBUTE after;
 
 \ir ../procedures/errors@v0.2.0.sql
