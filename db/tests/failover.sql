@@ -4,7 +4,7 @@
 -- finds itself on a "new" server. Times: the real clock (the re-base reads it).
 -- Instances: a = ...0a, b = ...0b.
 BEGIN;
-SELECT plan(34);
+SELECT plan(35);
 
 SELECT has_view('tenure', 'server_generations', 'operator view server_generations exists');
 SELECT results_eq($$SELECT count(*)::int, bool_and(current) FROM tenure.server_generations$$,
@@ -104,6 +104,13 @@ UPDATE tenure.task SET last_action = clock_timestamp() - interval '130 s', next_
 SELECT tenure.claim_take('dur', '00000000-0000-0000-0000-00000000000a', '30 s', 1);
 UPDATE tenure.claim_instance SET renewed_at = clock_timestamp() - interval '29 s', expires_at = clock_timestamp() + interval '1 s'
  WHERE keyspace = 'dur';
+-- A live claim detached from its instance row (as claims from before claims_follow_instance
+-- are) keeps its own expiry, and is re-based on its own.
+SELECT tenure.claim_register('dur2', ARRAY['d']);
+SELECT tenure.claim_take('dur2', '00000000-0000-0000-0000-00000000000b', '30 s', 1);
+UPDATE tenure.claim_key SET attached = false, expires_at = clock_timestamp() + interval '1 s' WHERE keyspace = 'dur2';
+UPDATE tenure.claim_instance SET renewed_at = clock_timestamp() - interval '29 s', expires_at = clock_timestamp() + interval '1 s'
+ WHERE keyspace = 'dur2';
 UPDATE tenure.server_generation SET timeline = timeline + 100 WHERE generation = 2;
 
 SELECT results_eq(
@@ -117,6 +124,8 @@ SELECT lives_ok($$SELECT tenure.task_fence('00000000-0000-0000-0000-0000000000f1
     'a task lease keeps fencing across the failover: with synchronous commits it was not lost');
 SELECT ok((SELECT expires_at > clock_timestamp() + interval '29 s' FROM tenure.claims WHERE keyspace = 'dur'),
     'the live claim got its whole expiry on the new clock');
+SELECT ok((SELECT NOT attached AND expires_at > clock_timestamp() + interval '29 s' FROM tenure.claim_key WHERE keyspace = 'dur2'),
+    'a live detached claim got its whole expiry on the new clock too, on its own row');
 SELECT results_eq($$SELECT generation FROM tenure.task_lease_log WHERE task_id = '00000000-0000-0000-0000-0000000000f2' ORDER BY epoch$$,
     $$VALUES (2::bigint), (3::bigint)$$, 'the lease log names the generation of each lease');
 
