@@ -7,7 +7,7 @@
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
 #             (about 31 minutes on 2 cores)
 # make fuzz   the contract fuzz campaign and the batch model test at full size (12,000 random
-#             calls, 1,000 model runs; make test runs 3,000 and 300)
+#             calls, 1,000 model runs; make test runs 2,000 and 200)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
 # make bench  heartbeat throughput and takeover times, as ratios to baselines; task throughput
 #             side by side with pgqueuer and procrastinate (BENCH_ARGS="--sections peers"); tenure
@@ -62,7 +62,7 @@ bench: deps peers
 	fi
 
 # the contract fuzz campaign and the batch queue's model test at full size (make test runs
-# 3,000 random calls and 300 model runs)
+# 2,000 random calls and 200 model runs)
 FUZZ_EXAMPLES ?= 12000
 MODEL_EXAMPLES ?= 1000
 fuzz: deps

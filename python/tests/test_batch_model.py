@@ -18,7 +18,7 @@ rules:
 - progress: when a key's first open batch is eligible by these rules and the call
   asks for enough batches, it is selected.
 
-``TENURE_MODEL_EXAMPLES`` sets the number of runs: 300 by default, in ``make test``; ``make fuzz``
+``TENURE_MODEL_EXAMPLES`` sets the number of runs: 200 by default, in ``make test``; ``make fuzz``
 runs 1,000.
 """
 
@@ -42,7 +42,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("TENURE_MODEL_EXAMPLES", "200"))
 KEYS = ["k1", "k2"]
 STATE_KEYS = ["a", "b"]
 INSTANCES = [uuid.UUID(int=0xA), uuid.UUID(int=0xB)]

@@ -39,7 +39,8 @@ SMALL = [
     "--backlogs", "2000", "--task-workers", "1", "--task-seconds", "1",
     "--enqueue-batches", "10", "--wake-tasks", "3",
     "--claim-keys", "40", "--claim-instances", "2",
-    "--queue-keys", "2", "--queue-batches", "16", "--queue-seconds", "0", "--replica-trials", "1",
+    "--queue-keys", "2", "--queue-batches", "16", "--queue-seconds", "0", "--queue-flood", "1000",
+    "--replica-trials", "1",
     "--supervise-faults", "1",
 ]  # fmt: skip
 
@@ -75,6 +76,12 @@ def test_every_section_runs_and_reports(admin_conninfo: str, tmp_path: Path) -> 
         "logs: ",
     ):
         assert shown in result.stdout, f"no {shown!r} in:\n{result.stdout}\n{result.stderr}"
+    # The queue's fairness: under the flood, the naive FIFO served the flood key alone, tenure
+    # every key alike (Jain's index 1).
+    fairness = dict(
+        re.findall(r"^ {4}(naive FIFO|tenure one-round) .* Jain mean ([\d.]+) ", result.stdout, re.M)
+    )
+    assert float(fairness["naive FIFO"]) < 0.1 and float(fairness["tenure one-round"]) > 0.9, result.stdout
     # The binding limit held: never more tasks leased at once than it allows.
     binding = re.search(r"max_running (\d+) \(binds:.* (\d+) / (\d+)$", result.stdout, re.MULTILINE)
     assert binding is not None, result.stdout
@@ -320,8 +327,8 @@ def test_peers_section_drains_with_every_system_then_latency(
     admin_conninfo: str, tmp_path: Path, peers_python: str
 ) -> None:
     """The peers drain; then the latency section runs the best of them with paced single
-    enqueues (at a fixed 100 jobs/s for 1 s here: the figures are make bench's, only their
-    sense is checked)."""
+    enqueues, each first probed for its maximum, then offered half of it (a 1 s window here:
+    the figures are make bench's, only their sense is checked)."""
     python = peers_python
     result = subprocess.run(
         [
@@ -336,14 +343,7 @@ def test_peers_section_drains_with_every_system_then_latency(
                 "--peers-python",
                 python,
             ),
-            *(
-                "--latency-rate",
-                "100",
-                "--latency-seconds",
-                "1",
-                "--latency-systems",
-                "pgqueuer-asyncpg,tenure",
-            ),
+            *("--latency-seconds", "1", "--latency-systems", "pgqueuer-asyncpg,tenure"),
             *("--workdir", str(tmp_path)),
         ],
         capture_output=True,
@@ -384,29 +384,44 @@ def test_peers_section_drains_with_every_system_then_latency(
         ), output
     plot = re.search(r"plot: (\S+\.png)", result.stdout)
     assert plot is not None and Path(plot.group(1)).stat().st_size > 0, output
-    # Latency: each system's best configuration above, its maximum from there, 100 /s offered
-    # and about as many completed a second, p50 <= p99 <= max, tenure over pgqueuer.
+    # Latency: each system's best configuration above with its drain rate from there; a probe
+    # offered at least 5,000 /s found its maximum (what it completed, more than nothing); then
+    # it was offered half of that and completed about as many a second, p50 <= p99 <= max;
+    # tenure over pgqueuer.
     best = {
         system: max((row for row in rows if row[0] == system), key=lambda row: int(row[2]))
         for system in ("pgqueuer-asyncpg", "tenure")
     }
+    probes = re.findall(
+        r"^ {4}maximum: (\S+) .* offered +(\d+) /s, sent +(\d+), completed +(\d+)", latency, re.M
+    )
+    assert [system for system, *_ in probes] == ["pgqueuer-asyncpg", "tenure"], output
+    assert all(int(offered) >= 5000 and int(completed) > 0 for _, offered, _, completed in probes), output
     figures = re.findall(
-        r"^ {4}(\S+) +(\d+ processes x \S+ \d+) +(\d+) +100 +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +1 run$",
+        r"^ {4}(\S+) +(\d+ processes x \S+ \d+) +(\d+) +(\d+) +(\d+) +(\d+)"
+        r" +([\d.]+) +([\d.]+) +([\d.]+) +1 run",
         latency,
         re.MULTILINE,
     )
-    assert [(system, config, rate) for system, config, rate, *_ in figures] == [
+    assert [(system, config, drained) for system, config, drained, *_ in figures] == [
         best[system][:3] for system in ("pgqueuer-asyncpg", "tenure")
     ], output
-    for _, _, _, completed, p50, p99, worst in figures:
-        assert 50 <= int(completed) <= 200, output
+    maximums = {system: int(completed) for system, _, _, completed in probes}
+    for system, _, _, maximum, offered, completed, p50, p99, worst in figures:
+        assert int(maximum) == maximums[system] and abs(int(offered) - int(maximum) / 2) <= 1, output
+        assert 0.5 * int(offered) <= int(completed) <= 2 * int(offered), output
         assert 0 < float(p50) <= float(p99) <= float(worst), output
     assert re.search(r"^ {4}tenure +p50 +\d+\.\d\dx +p99 +\d+\.\d\dx$", latency, re.MULTILINE), output
-    # Without --latency-rate, each system is offered half of its own maximum.
+    # Which configuration each system runs: its best row's, or without one the fallback.
     row = Row("tenure", "2 processes x concurrency 256", (Drained(1000.0, 0.1), Drained(3000.0, 0.1)))
-    chosen, notes = targets([row], rate=None)
-    assert [(t.system, t.processes, t.size, t.rate) for t in chosen] == [("tenure", 2, 256, 1000.0)]
-    assert len(notes) == 2, notes  # no pgqueuer-asyncpg nor tenure-async row: no rate for them
+    chosen = targets([row], rate=None)
+    assert [(t.system, t.processes, t.size, t.rate, t.drained) for t in chosen] == [
+        ("pgqueuer-asyncpg", 2, 500, None, None),
+        ("tenure", 2, 256, None, 2000.0),
+        ("tenure-async", 2, 256, None, None),
+    ]
+    assert [t.probe_rate for t in chosen] == [5000.0, 5000.0, 5000.0]
+    assert targets([row], rate=100.0, systems=["tenure"])[0].rate == 100.0
     # The peers' schemas are gone with the section.
     with psycopg.connect(admin_conninfo) as check:
         schemas = check.execute(

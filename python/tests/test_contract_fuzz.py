@@ -19,7 +19,7 @@ and in random combinations (hypothesis). The contract checked on every call:
   ``MAX_ERROR_TEXT`` characters each) whatever was passed, oversized inputs included (a
   1 MB text, a task's data just over its 1 MB limit, 10,001 keys, tasks or batches).
 
-``TENURE_FUZZ_EXAMPLES`` sets the number of random calls: 3,000 by default, in ``make test``;
+``TENURE_FUZZ_EXAMPLES`` sets the number of random calls: 2,000 by default, in ``make test``;
 ``make fuzz`` runs this module alone with 12,000 (``FUZZ_EXAMPLES=...`` for another size).
 """
 
@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-EXAMPLES = int(os.environ.get("TENURE_FUZZ_EXAMPLES", "3000"))
+EXAMPLES = int(os.environ.get("TENURE_FUZZ_EXAMPLES", "2000"))
 ROLE = "tenure_fuzzer"
 DBNAME = f"tenure_fuzz_{os.getpid()}"
 

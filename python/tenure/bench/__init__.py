@@ -35,7 +35,7 @@
    draining the same no-op jobs on the same cluster, against the bare SKIP LOCKED floor
    (:mod:`tenure.bench.peers`; the peers run from their own virtual environment).
    Then end-to-end latency: single jobs enqueued one per call at half of each system's own
-   maximum, p50 and p99 from due to completion, tenure against pgqueuer
+   maximum with such enqueues, p50 and p99 from due to completion, tenure against pgqueuer
    (:mod:`tenure.bench.latency`, section ``latency``).
 11. Memory: the resident size of one worker process idle and with 1,000 tasks in flight,
    tenure's TaskWorker and AsyncTaskWorker against pgqueuer (:mod:`tenure.bench.memory`).
@@ -67,7 +67,7 @@ from pathlib import Path
 
 import psycopg
 
-from tenure.bench.batches import queue_bench
+from tenure.bench.batches import FLOOD_BATCHES, FLOOD_KEYS, queue_bench
 from tenure.bench.claims import CLAIMS_PLAIN_DDL, claim_costs
 from tenure.bench.common import SPREAD_LIMIT, durability
 from tenure.bench.heartbeat import heartbeat_throughput, takeover
@@ -126,6 +126,7 @@ def run_bench(
     queue_batches: int,
     replica_trials: int,
     queue_seconds: float = 5.0,
+    queue_flood: int = FLOOD_BATCHES,
     peer_jobs: int = 20_000,
     peer_seconds: float = 5.0,
     peer_tenure: list[tuple[int, int]] | None = None,
@@ -236,6 +237,7 @@ def run_bench(
                 workdir=workdir,
                 repeat=repeat,
                 min_window=queue_seconds,
+                flood=queue_flood,
             )
         peer_rows = []
         if "peers" in sections:
@@ -419,6 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
         "runs again with more batches per key (5; 0: never)",
     )
     parser.add_argument(
+        "--queue-flood",
+        type=int,
+        default=FLOOD_BATCHES,
+        help=f"the flood key's batches in the fairness run; each of the {FLOOD_KEYS - 1} others enqueues "
+        f"a {FLOOD_KEYS}th of that ({FLOOD_BATCHES})",
+    )
+    parser.add_argument(
         "--sections",
         type=_sections,
         default=list(SECTIONS),
@@ -476,8 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--latency-rate",
         type=float,
         default=None,
-        help="jobs/s offered to every system in the latency section (half of each system's maximum "
-        "measured by the peers section of the same run; without that section, give a rate)",
+        help="jobs/s offered to every system in the latency section (without it: half of each "
+        "system's maximum with single enqueues, found by a probe run first)",
     )
     parser.add_argument(
         "--latency-seconds",
@@ -550,14 +559,17 @@ def main(argv: list[str] | None = None) -> int:
         args.soak_age is not None and not 1 <= args.soak_age <= args.soak_seconds / 2
     ):
         parser.error("--soak-seconds: at least 10; --soak-age: 1 s to half the soak, so the soak outlasts it")
+    if args.queue_flood < FLOOD_KEYS * 10:
+        parser.error(
+            f"--queue-flood: at least {FLOOD_KEYS * 10} (10 batches for each other key); "
+            f"got {args.queue_flood}"
+        )
     if args.supervise_faults < 1:
         parser.error(f"--supervise-faults: at least 1; got {args.supervise_faults}")
     if args.memory_tasks < 1 or args.memory_hold < 2:
         parser.error("--memory-tasks: at least 1; --memory-hold: at least 2 s")
     if args.repeat < 1:
         parser.error(f"--repeat: at least 1; got {args.repeat}")
-    if "latency" in args.sections and "peers" not in args.sections and args.latency_rate is None:
-        parser.error("--sections latency without peers: give --latency-rate (no maximum to take half of)")
     if args.latency_seconds <= 0 or (args.latency_rate is not None and args.latency_rate <= 0):
         parser.error("--latency-seconds and --latency-rate: above 0")
     if args.sync_jobs < 10:
@@ -581,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         queue_keys=args.queue_keys,
         queue_batches=args.queue_batches,
         queue_seconds=args.queue_seconds,
+        queue_flood=args.queue_flood,
         replica_trials=args.replica_trials,
         peer_jobs=args.peer_jobs,
         peer_seconds=args.peer_seconds,

@@ -17,8 +17,8 @@ first round such a row is run again with more batches per key, and keeps that si
 later rounds. With ``repeat`` every row runs in that many interleaved rounds; the figures
 are the medians, with the spread.
 
-Fairness under a flood: 50 keys, one of which enqueued 5,000 batches before the 49
-others enqueued 100 each. Submissions are cut into consecutive windows of 10 per key
+Fairness under a flood: 50 keys, one of which enqueued 5,000 batches (``flood``) before the
+49 others enqueued a fiftieth of that (100) each. Submissions are cut into consecutive windows of 10 per key
 (500) while every key still has batches waiting; Jain's index of the submissions per
 key in a window is 1 when every key got the same and 1/50 when one key got them all.
 """
@@ -59,7 +59,7 @@ UPDATE tenure_bench.naive_batch SET status = 'pending'
               ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
 RETURNING id, key, seq, payload
 """
-FLOOD_KEYS, FLOOD_BATCHES, SMALL_BATCHES = 50, 5_000, 100
+FLOOD_KEYS, FLOOD_BATCHES = 50, 5_000
 
 
 @dataclass
@@ -251,8 +251,9 @@ def even_plan(keys: int, batches: int) -> list[tuple[str, int]]:
     return [(f"key-{k:04}", batches // keys) for k in range(keys)]
 
 
-def flood_plan() -> list[tuple[str, int]]:
-    return [("flood", FLOOD_BATCHES)] + [(f"small-{k:02}", SMALL_BATCHES) for k in range(1, FLOOD_KEYS)]
+def flood_plan(flood: int) -> list[tuple[str, int]]:
+    small = flood // FLOOD_KEYS
+    return [("flood", flood)] + [(f"small-{k:02}", small) for k in range(1, FLOOD_KEYS)]
 
 
 def show_run(count: int, label: str, run: Steady) -> str:
@@ -268,6 +269,7 @@ def queue_bench(
     workdir: Path,
     repeat: int = 1,
     min_window: float = 5.0,
+    flood: int = FLOOD_BATCHES,
 ) -> None:
     admin.execute(NAIVE_DDL)
     print(
@@ -339,12 +341,12 @@ def queue_bench(
                 flush=True,
             )
 
-    plan = flood_plan()
+    plan = flood_plan(flood)
     names = [key for key, _ in plan]
     print(
-        f"  fairness under a flood: {FLOOD_KEYS} keys, 'flood' enqueued {FLOOD_BATCHES} batches before the"
-        f" {FLOOD_KEYS - 1} others {SMALL_BATCHES} each; Jain's index per window of 10 submissions per key"
-        " while every key waits (1 = even, 0.02 = one key only):"
+        f"  fairness under a flood: {FLOOD_KEYS} keys, 'flood' enqueued {flood} batches before the"
+        f" {FLOOD_KEYS - 1} others {flood // FLOOD_KEYS} each; Jain's index per window of 10 submissions"
+        " per key while every key waits (1 = even, 0.02 = one key only):"
     )
     runs = {
         "naive FIFO (baseline)": naive_run(admin, conninfo, plan=plan)[1],
@@ -365,11 +367,11 @@ def queue_bench(
             flush=True,
         )
     started = {label: min(t for t, _ in ledger.submissions) for label, ledger in runs.items()}
-    flood = {
+    timelines = {
         label: [(t - started[label], key) for t, key in sorted(ledger.submissions)]
         for label, ledger in runs.items()
     }
-    (workdir / "queue-flood.json").write_text(json.dumps(flood))
+    (workdir / "queue-flood.json").write_text(json.dumps(timelines))
     for picture in (
         plots.throughput(
             workdir / "queue-throughput.png",
@@ -379,8 +381,8 @@ def queue_bench(
         ),
         plots.per_key(
             workdir / "queue-flood.png",
-            title=f"submissions per key while 'flood' has {FLOOD_BATCHES} batches waiting",
-            runs=flood,
+            title=f"submissions per key while 'flood' has {flood} batches waiting",
+            runs=timelines,
             highlight="flood",
         ),
     ):

@@ -4,8 +4,16 @@ not full, tenure against pgqueuer, each at half of its own maximum rate.
 The systems and configurations are the best of the peers section's rows in the same run
 (:mod:`tenure.bench.peers`): pgqueuer-asyncpg's best batch size, tenure's best threaded
 (``tenure``) and async (``tenure-async``) configuration, each run with the same worker
-processes as there; the offered rate is half of that row's measured maximum (the median of
-its rounds), or ``--latency-rate`` for all of them.
+processes as there (without those rows: :data:`FALLBACK_BATCH` and the first
+``--peer-tenure`` or :data:`FALLBACK_TENURE`).
+
+A system's maximum here is what it completes with this producer, single enqueues one
+commit each, not the peers section's drain of a backlog loaded in one transaction (on a
+durable cluster a commit per job takes a fraction of that). So each system is first
+offered more than it takes (a probe: its drain rate from the peers row, at least
+:data:`PROBE_RATE`) and its maximum is the jobs it completed per second in the window;
+then it is offered half of that, ``--repeat`` times. ``--latency-rate`` offers one rate to
+every system instead, without the probe.
 
 A paced producer (:mod:`tenure.bench.pacing`: :data:`PRODUCERS` processes of :data:`SENDERS`
 connections each, one enqueue call and one commit per job, the way an application enqueues;
@@ -35,7 +43,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +81,9 @@ def grace(schedule: float) -> float:
 # Without a peers row to take the best from (the section not run): these configurations.
 FALLBACK_BATCH = 500  # pgqueuer's jobs per dequeue
 FALLBACK_TENURE = (2, 256)  # tenure's worker processes x concurrency
+# The least a probe offers (jobs/s): far above what single enqueues, a commit each, reach on
+# this project's machine (about 700/s, durable); a probe that is not saturated says so.
+PROBE_RATE = 5_000.0
 
 SYSTEMS = ("pgqueuer-asyncpg", "tenure", "tenure-async")
 
@@ -92,8 +103,13 @@ class Target:
     system: str  # pgqueuer-asyncpg, tenure, tenure-async
     processes: int  # worker processes
     size: int  # pgqueuer: jobs per dequeue (batch); tenure: --concurrency
-    rate: float  # jobs/s offered
-    maximum: float | None  # the peers section's jobs/s of this configuration, if it ran
+    rate: float | None  # jobs/s offered; None: half of its maximum, found by a probe
+    drained: float | None  # the peers section's jobs/s of this configuration, if it ran
+
+    @property
+    def probe_rate(self) -> float:
+        """What the probe offers: more than single enqueues can reach."""
+        return max(PROBE_RATE, self.drained or 0.0)
 
     @property
     def config(self) -> str:
@@ -123,23 +139,20 @@ def targets(
     rate: float | None,
     tenure: tuple[int, int] = FALLBACK_TENURE,
     systems: Sequence[str] = SYSTEMS,
-) -> tuple[list[Target], list[str]]:
-    """The best row of each of ``systems`` at half its rate (or ``rate``); without a row, the
-    fallback configuration at ``rate``, or nothing (and a note) when there is no rate."""
-    chosen, notes = [], []
+) -> list[Target]:
+    """Each of ``systems`` in the configuration of its best row (without one: the fallback),
+    offered ``rate``, or half of its maximum when ``rate`` is None."""
+    chosen = []
     for system in systems:
         row = best(rows, system)
         if row is not None:
             found = re.fullmatch(r"(\d+) processes x (?:batch|concurrency) (\d+)", row.config)
             assert found is not None, row.config
             processes, size = int(found.group(1)), int(found.group(2))
-            chosen.append(Target(system, processes, size, rate or row.rate / 2, row.rate))
-        elif rate is not None:
-            processes, size = (PEER_PROCESSES, FALLBACK_BATCH) if system.startswith("pgqueuer") else tenure
-            chosen.append(Target(system, processes, size, rate, None))
         else:
-            notes.append(f"    (no {system}: no maximum measured in this run; give --latency-rate)")
-    return chosen, notes
+            processes, size = (PEER_PROCESSES, FALLBACK_BATCH) if system.startswith("pgqueuer") else tenure
+        chosen.append(Target(system, processes, size, rate, None if row is None else row.rate))
+    return chosen
 
 
 def summarize(
@@ -149,6 +162,7 @@ def summarize(
     rate: float,
     start: float,
     seconds: float,
+    grace_seconds: float,
 ) -> Run:
     """The run's figures from the producers' records and the jobs' completion moments."""
     begin, end = start + WARM_UP, start + WARM_UP + seconds
@@ -158,7 +172,7 @@ def summarize(
     if not window or missing:
         raise RuntimeError(f"{len(window)} jobs due in the window, {len(missing)} never completed")
     # A job never sent waited at least until the producers gave up on it.
-    cutoff = start + WARM_UP + seconds + TAIL + grace(WARM_UP + seconds + TAIL)
+    cutoff = start + WARM_UP + seconds + TAIL + grace_seconds
     latencies = [(cutoff if job == pacing.UNSENT else completed[job]) - due for job, due, _ in window]
     lags = [(cutoff if job == pacing.UNSENT else sent) - due for job, due, sent in window]
     return Run(
@@ -258,17 +272,21 @@ def run_target(
     conninfo: str,
     target: Target,
     *,
+    rate: float,
     python: str,
     seconds: float,
     workdir: Path,
-    round_: int,
+    name: str,
+    probe: bool = False,
 ) -> Run:
-    """The target's workers up and idle, the paced producers run their schedule, the queue
-    drains; the figures of the jobs due in the window."""
-    name = f"latency-{target.system}-{target.processes}x{target.size}-{round_}"
+    """The target's workers up and idle, the paced producers run their schedule at ``rate``,
+    the queue drains; the figures of the jobs due in the window. A ``probe`` sends nothing
+    after the schedule's end (it is to find what the system takes, not to wait on it)."""
+    name = f"latency-{target.system}-{target.processes}x{target.size}-{name}"
     schedule = WARM_UP + seconds + TAIL
+    grace_seconds = 0.0 if probe else grace(schedule)
     pacing_options = [
-        *("--rate", str(target.rate), "--seconds", str(schedule), "--grace", str(grace(schedule))),
+        *("--rate", str(rate), "--seconds", str(schedule), "--grace", str(grace_seconds)),
         *("--senders", str(SENDERS)),
     ]
     if target.system.startswith("pgqueuer"):
@@ -301,7 +319,7 @@ def run_target(
             wait_drained(admin, LEFT_SQL["tenure"], workers)
         done = completions(admin, COMPLETED_SQL["tenure"])
         clean(admin)
-    return summarize(records, done, rate=target.rate, start=start, seconds=seconds)
+    return summarize(records, done, rate=rate, start=start, seconds=seconds, grace_seconds=grace_seconds)
 
 
 def ms(seconds: float) -> str:
@@ -321,23 +339,56 @@ def latency_bench(
     systems: Sequence[str] = SYSTEMS,
     repeat: int = 1,
 ) -> dict[str, list[Run]]:
-    """Every target of :func:`targets`, ``repeat`` times in interleaved rounds; print each run,
-    then the medians and tenure's over pgqueuer's."""
-    chosen, notes = targets(rows, rate=rate, tenure=tenure, systems=systems)
+    """Every target of :func:`targets`: without ``rate``, each one's maximum found by a probe
+    first; then each at its rate, ``repeat`` times in interleaved rounds; print each run, then
+    the medians and tenure's over pgqueuer's."""
+    chosen = targets(rows, rate=rate, tenure=tenure, systems=systems)
     print(
         f"  end-to-end latency, enqueue to completion, of single no-op jobs offered at "
-        f"{'half of each system' + chr(39) + 's maximum above' if rate is None else f'{rate:,.0f} /s'} "
+        f"{'half of each system' + chr(39) + 's maximum with them' if rate is None else f'{rate:,.0f} /s'} "
         f"({PRODUCERS} producers x {SENDERS} connections, one enqueue per job; {WARM_UP:g} s warm-up, "
         f"{seconds:g} s window; from the job's due moment to its completion, server clock):"
     )
-    for note in notes:
-        print(note)
     runs: dict[str, list[Run]] = {target.system: [] for target in chosen}
+    maximums: dict[str, Run] = {}
     try:
+        if rate is None:
+            print(
+                "    each system's maximum: offered more than it takes (its drain rate above, at least "
+                f"{PROBE_RATE:,.0f} /s), what it completed in the window"
+            )
+        for target in chosen if rate is None else ():
+            probe = run_target(
+                admin,
+                conninfo,
+                target,
+                rate=target.probe_rate,
+                python=python,
+                seconds=seconds,
+                workdir=workdir,
+                name="probe",
+                probe=True,
+            )
+            maximums[target.system] = probe
+            print(
+                f"    maximum: {target.system:<17} {target.config:<30} offered {probe.offered:7.0f} /s, "
+                f"sent {probe.sent:7.0f}, completed {probe.completed:7.0f}"
+                + ("" if probe.unsent else "   NOT SATURATED: the maximum is at least this"),
+                flush=True,
+            )
+        chosen = [replace(t, rate=maximums[t.system].completed / 2) if t.rate is None else t for t in chosen]
         for round_ in range(1, repeat + 1):
             for target in chosen:
+                assert target.rate is not None
                 run = run_target(
-                    admin, conninfo, target, python=python, seconds=seconds, workdir=workdir, round_=round_
+                    admin,
+                    conninfo,
+                    target,
+                    rate=target.rate,
+                    python=python,
+                    seconds=seconds,
+                    workdir=workdir,
+                    name=str(round_),
                 )
                 runs[target.system].append(run)
                 print(
@@ -359,16 +410,19 @@ def latency_bench(
         admin.execute(f"DROP SCHEMA IF EXISTS {PEER_SCHEMAS['pgqueuer']} CASCADE")
         clean(admin)
     print(
-        f"    {'system':<17} {'configuration':<30} {'maximum':>8} {'offered':>8} {'completed':>9} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}   p99 runs"
+        f"    {'system':<17} {'configuration':<30} {'drained':>8} {'maximum':>8} {'offered':>8} "
+        f"{'completed':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}   p99 runs"
         + ("  (medians of the rounds)" if repeat > 1 else "")
     )
     for target in chosen:
+        assert target.rate is not None
         done = runs[target.system]
         spread = Repeated(tuple(run.p99 * 1000 for run in done))
-        maximum = f"{target.maximum:8.0f}" if target.maximum is not None else f"{'-':>8}"
+        drained = f"{target.drained:8.0f}" if target.drained is not None else f"{'-':>8}"
+        found = maximums.get(target.system)
+        maximum = f"{found.completed:8.0f}" if found is not None else f"{'-':>8}"
         print(
-            f"    {target.system:<17} {target.config:<30} {maximum} {target.rate:8.0f} "
+            f"    {target.system:<17} {target.config:<30} {drained} {maximum} {target.rate:8.0f} "
             f"{median(run.completed for run in done):9.0f} {ms(median(run.p50 for run in done))} "
             f"{ms(spread.median / 1000)} {ms(median(run.worst for run in done))}   {spread.describe()}"
             + ("  SATURATED (lower bounds)" if any(run.unsent for run in done) else "")
