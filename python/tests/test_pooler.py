@@ -1,6 +1,6 @@
 """tenure behind a real pgbouncer 1.18 in transaction mode.
 
-Electors, task workers and claimers run through the pooler for a minute
+Electors, task workers and claimers run through the pooler for 30 s
 (``TENURE_POOLER_SECONDS``) with no step-down, no lost claim and no lost or
 repeated task: the runtimes prepare no statement on the server (psycopg would after
 five runs, and the pooler hands a prepared statement to another client's session).
@@ -32,7 +32,7 @@ from tenure.testing.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.usefixtures("needs_pgbouncer")
 
-SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "60"))
+SECONDS = float(os.environ.get("TENURE_POOLER_SECONDS", "30"))
 
 
 @pytest.fixture
