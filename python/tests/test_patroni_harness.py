@@ -93,7 +93,8 @@ def test_bench_sync_section_prints_its_rows(
     began = time.monotonic()
     rows = sync_bench(
         jobs=200, python=python, workdir=tmp_path, batches=[100], tenure_configs=[(1, 32)],
-        cluster=cluster, dbname="tenure_smoke",  # deployed by the test above (or by the section)
+        min_window=0.3, cluster=cluster,
+        dbname="tenure_smoke",  # deployed by the test above (or by the section)
     )  # fmt: skip
     print(f"sync section: {time.monotonic() - began:.1f} s")
     output = capsys.readouterr().out
@@ -103,6 +104,10 @@ def test_bench_sync_section_prints_its_rows(
         ("tenure-async", "1 processes x concurrency 32"),
     ], output
     assert all(r.row.rate > 0 for r in rows), output
+    # Each run's steady window lasted min_window at least: 200 jobs drain in less, so a run
+    # grew its backlog first and printed it (the window is 0.8 x jobs / rate).
+    assert all(0.8 * r.row.runs[0].jobs / r.row.rate >= 0.3 for r in rows), output
+    assert "jobs left a steady window of" in output and any(r.row.runs[0].jobs > 200 for r in rows), output
     assert "(streaming, sync)" in output, output
     _, _, table = output.partition("on the synchronous standby")
     ratios = re.findall(r"^ {4}(\S+) +\d+ processes x \S+ \d+ +\d+ +(\d+\.\d\d) ", table, re.MULTILINE)

@@ -286,6 +286,7 @@ def run_bench(
             batches=SYNC_BATCHES if sync_batches is None else sync_batches,
             tenure_configs=SYNC_TENURE if sync_tenure is None else sync_tenure,
             repeat=repeat,
+            min_window=peer_seconds,
         )
     if "soak" in sections:
         with psycopg.connect(admin_conninfo, autocommit=True) as admin:
@@ -455,8 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--peer-seconds",
         type=float,
         default=5.0,
-        help="the shortest steady window (90%% to 10%% left) of a peers run: in the first round a shorter "
-        "one runs again with a larger backlog, kept in later rounds (5; 0: never)",
+        help="the shortest steady window (90%% to 10%% left) of a peers or sync run: in the first round a "
+        "shorter one runs again with a larger backlog, kept in later rounds (5; 0: never)",
     )
     parser.add_argument(
         "--peer-tenure",

@@ -8,7 +8,9 @@ There every writing commit waits for its WAL to be flushed on the primary, sent 
 standby and flushed there too: a commit costs a network round trip and two disk flushes,
 so what scales is how many jobs each commit carries. The rows are the peers section's
 (:mod:`tenure.bench.peers`), measured the same way (jobs/s between 10% and 90% drained,
-start-up apart, ``--repeat`` interleaved rounds with medians and spreads), for
+start-up apart, ``--repeat`` interleaved rounds with medians and spreads; in the first
+round a run whose steady window is shorter than ``min_window``, ``--peer-seconds``, runs
+again with a larger backlog, which its row keeps), for
 pgqueuer-asyncpg at the batch sizes of :data:`SYNC_BATCHES` and tenure's TaskWorker and
 AsyncTaskWorker in the configurations of :data:`SYNC_TENURE`, each shown as a ratio to
 pgqueuer's best on the same cluster; and the jobs each writing commit carried in the same
@@ -39,9 +41,10 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, durability, percentile
+from tenure.bench.common import Repeated, durability, grown_size, percentile
 from tenure.bench.peers import (
     LEFT_SQL,
+    MAX_PEER_JOBS,
     Drained,
     Row,
     best,
@@ -217,6 +220,7 @@ def sync_bench(
     batches: Sequence[int] = SYNC_BATCHES,
     tenure_configs: Sequence[tuple[int, int]] = SYNC_TENURE,
     repeat: int = 1,
+    min_window: float = 0.0,
     cluster: PatroniCluster | None = None,
     dbname: str = DB,
 ) -> list[SyncRow]:
@@ -238,12 +242,13 @@ def sync_bench(
     nodes = SYNC_NODES if cluster is None else len(cluster.nodes)
     print(
         f"  a synchronous standby: a {nodes}-node Patroni cluster (synchronous_mode_strict), "
-        f"{jobs:,} no-op jobs drained on its primary{rounds}:",
+        f"{jobs:,} no-op jobs drained on its primary{rounds}"
+        f"{f'; runs grown to a steady window of {min_window:g} s or more' if min_window > 0 else ''}:",
         flush=True,
     )
     run = functools.partial(
         _run, jobs=jobs, python=python, workdir=workdir, batches=batches,
-        tenure_configs=tenure_configs, repeat=repeat, dbname=dbname,
+        tenure_configs=tenure_configs, repeat=repeat, min_window=min_window, dbname=dbname,
     )  # fmt: skip
     if cluster is not None:
         with sigterm_exits():
@@ -267,6 +272,7 @@ def _run(
     batches: Sequence[int],
     tenure_configs: Sequence[tuple[int, int]],
     repeat: int,
+    min_window: float,
     dbname: str,
 ) -> list[SyncRow]:
     leader = cluster.wait_ready(60)
@@ -291,13 +297,28 @@ def _run(
             flush=True,
         )
 
-        def measure(family: str, system: str, config: str, run: Callable[[], Drained], round_: int) -> None:
-            with ProgressSampler(conninfo, family) as sampler:
-                row = Row(system, config, (run(),))
-            if sampler.error is not None:
-                raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
-            jobs_per_run = jobs_per_commit(sampler.samples, jobs)
-            key = (row.system, row.config)
+        backlog: dict[tuple[str, str], int] = {}
+
+        def measure(
+            family: str, system: str, config: str, run: Callable[[int], Drained], round_: int
+        ) -> None:
+            key = (system, config)
+            while True:
+                size = backlog.setdefault(key, jobs)
+                with ProgressSampler(conninfo, family) as sampler:
+                    drained = run(size)
+                if sampler.error is not None:
+                    raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
+                if not (drained.window < min_window and size < MAX_PEER_JOBS and round_ == 1):
+                    break
+                backlog[key] = grown_size(size, drained.window, min_window, MAX_PEER_JOBS, step=1000)
+                print(
+                    f"    ({system} {config}: {size:,} jobs left a steady window of {drained.window:.1f} s; "
+                    f"again with {backlog[key]:,})",
+                    flush=True,
+                )
+            row = Row(system, config, (drained,))
+            jobs_per_run = jobs_per_commit(sampler.samples, size)
             if key in rows:
                 old = rows[key]
                 rows[key] = SyncRow(
@@ -305,10 +326,9 @@ def _run(
                 )
             else:
                 rows[key] = SyncRow(row, (jobs_per_run,))
-            drained: Drained = row.runs[0]
             print(
                 f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
-                f"{drained.rate:8.0f} /s   {per_commit(jobs_per_run):>6} jobs/commit   "
+                f"{drained.rate:8.0f} /s   {size:>9,} jobs   {per_commit(jobs_per_run):>6} jobs/commit   "
                 f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
                 f"workers {us_per_job(drained.workers_us)}",
                 flush=True,
@@ -318,13 +338,13 @@ def _run(
             for batch in batches:
                 pgqueuer = functools.partial(
                     peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
-                    option=("batch", batch), jobs=jobs, workdir=workdir,
+                    option=("batch", batch), workdir=workdir,
                 )  # fmt: skip
                 measure("pgqueuer", *peer_key("pgqueuer-asyncpg", ("batch", batch)), pgqueuer, round_)
             for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
                 tenure = functools.partial(
                     tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
-                    jobs=jobs, workdir=workdir, asynchronous=asynchronous,
+                    workdir=workdir, asynchronous=asynchronous,
                 )  # fmt: skip
                 measure("tenure", *tenure_key(processes, concurrency, asynchronous), tenure, round_)
     merged = list(rows.values())
