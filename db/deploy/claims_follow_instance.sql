@@ -9,6 +9,11 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- Every lock the change needs, first and in the order the fleet's calls take them (the
+-- caller's instance row before its keys): taken statement by statement, a running
+-- claimer's call holding one table and asking for the other could deadlock with it.
+LOCK TABLE tenure.claim_instance, tenure.claim_key IN ACCESS EXCLUSIVE MODE;
+
 ALTER TABLE tenure.claim_key
     ADD COLUMN attached boolean NOT NULL DEFAULT false,
     ADD CONSTRAINT claim_key_attached_check CHECK (NOT attached OR claimant IS NOT NULL);

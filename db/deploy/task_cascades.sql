@@ -15,6 +15,13 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- Every lock the change needs, first and in the order the fleet's calls take them (a
+-- task before its lease log and dependencies): taken statement by statement, the
+-- CREATE TRIGGER's lock on tenure.task was raised by the ALTER TABLEs, and a running
+-- worker's call that had read tenure.task and went on to write it deadlocked with the
+-- deploy (seen in the rolling upgrade test).
+LOCK TABLE tenure.task, tenure.task_lease_log, tenure.task_after IN ACCESS EXCLUSIVE MODE;
+
 CREATE FUNCTION tenure._task_deleted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

@@ -3,6 +3,11 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- Every lock the change needs, first and in the order the fleet's calls take them (the
+-- caller's instance row before its keys): taken statement by statement, a running
+-- claimer's call holding one table and asking for the other could deadlock with it.
+LOCK TABLE tenure.claim_instance, tenure.claim_key IN ACCESS EXCLUSIVE MODE;
+
 UPDATE tenure.claim_key AS k SET expires_at = i.expires_at
   FROM tenure.claim_instance i
  WHERE k.attached AND i.keyspace = k.keyspace AND i.instance_id = k.claimant;

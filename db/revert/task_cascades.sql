@@ -4,6 +4,12 @@ BEGIN;
 
 SET LOCAL ROLE tenure_owner;
 
+-- Every lock the change needs, first and in the order the fleet's calls take them (a
+-- task before its lease log and dependencies): taken statement by statement, a
+-- running worker's call holding one of these tables and asking for another could
+-- deadlock with the revert, as with the deploy.
+LOCK TABLE tenure.task, tenure.task_lease_log, tenure.task_after IN ACCESS EXCLUSIVE MODE;
+
 DROP TRIGGER task_truncated ON tenure.task;
 DROP TRIGGER task_deleted ON tenure.task;
 DROP FUNCTION tenure._task_truncated();

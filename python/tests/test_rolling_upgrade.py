@@ -17,7 +17,9 @@ printed; docs/upgrades.md quotes them.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -193,3 +195,74 @@ def test_the_checks_fail_on_a_doctored_log() -> None:
     assert liveness([member], [Phase("quiet", 0.0, 10.0)]) == [
         "phase 'quiet': no claim_write, outcome, term_write in 10.0 s"
     ]
+
+
+# A change that locks its tables one statement at a time can deadlock with a fleet's call
+# holding one of them: the change waits for the call's lock on one table while holding a
+# lock the call then asks for on another (or on the same table, in a stronger mode). Each
+# case: the call's first statement, the change deployed under it (it waits on a lock),
+# the call's second statement, its commit; the deploy must succeed and the call too.
+LOCK_ORDER_CASES = [
+    pytest.param(
+        "task_cascades",
+        "SELECT FROM tenure.task LIMIT 1",  # a worker's call reads tasks, then writes one
+        "UPDATE tenure.task SET state = state WHERE false",
+        id="task_cascades",
+    ),
+    pytest.param(
+        "claims_follow_instance",
+        "UPDATE tenure.claim_instance SET renewed_at = renewed_at WHERE false",  # a renewal: its row,
+        "UPDATE tenure.claim_key SET expires_at = expires_at WHERE false",  # then its keys
+        id="claims_follow_instance",
+    ),
+]
+
+
+# A client backend of the database waits on a lock (the deploy, behind the call).
+WAITING_SQL = """SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+                                  AND wait_event_type = 'Lock' AND backend_type = 'client backend')"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("change", "first", "then"), LOCK_ORDER_CASES)
+def test_a_change_takes_its_locks_before_a_running_call_can_deadlock_it(
+    admin_conninfo: str, change: str, first: str, then: str
+) -> None:
+    dbname = f"tenure_lock_order_{change}"
+    with psycopg.connect(admin_conninfo, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {dbname}")
+    conninfo = make_conninfo(admin_conninfo, dbname=dbname)
+    outcome: dict[str, Any] = {}
+    try:
+        sqitch(conninfo, "deploy", "--to", f"{change}^", cwd=ROOT)
+        with psycopg.connect(conninfo) as call, psycopg.connect(conninfo, autocommit=True) as watch:
+            call.execute("SET statement_timeout = '30s'")
+            call.execute(first)
+            deploy = threading.Thread(target=deploy_to, args=(conninfo, change, outcome))
+            deploy.start()
+            deadline = time.monotonic() + 60
+            while watch.execute(WAITING_SQL).fetchone() != (True,):
+                assert time.monotonic() < deadline and deploy.is_alive(), (
+                    f"the deploy never waited: {outcome}"
+                )
+                time.sleep(0.05)
+            call.execute(then)  # before the fix: "deadlock detected" here, or in the deploy
+            call.commit()
+            deploy.join(120)
+        assert not deploy.is_alive() and outcome.get("error") is None, outcome
+        with psycopg.connect(conninfo) as check:
+            row = check.execute(
+                "SELECT change FROM sqitch.changes ORDER BY committed_at DESC LIMIT 1"
+            ).fetchone()
+            assert row == (change,)
+    finally:
+        with psycopg.connect(admin_conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+
+
+def deploy_to(conninfo: str, change: str, outcome: dict[str, Any]) -> None:
+    try:
+        sqitch(conninfo, "deploy", "--to", change, cwd=ROOT, lock_timeout=LOCK_TIMEOUT)
+    except subprocess.CalledProcessError as error:
+        outcome["error"] = repr(error)
