@@ -5,7 +5,7 @@
 #             last, the database itself fails over under running services (3-node Patroni);
 #             about 4 minutes on 2 cores, installs included
 # make test   every check: sqitch deploy/revert, plpgsql_check, pgTAP, ruff, mypy, pytest
-#             (about 31 minutes on 2 cores)
+#             (about 32 minutes on 2 cores, installs included)
 # make fuzz   the contract fuzz campaign and the batch model test at full size (12,000 random
 #             calls, 1,000 model runs; make test runs 2,000 and 200)
 # make docs   regenerate docs/sql-reference.md from the COMMENT ON texts
