@@ -46,6 +46,7 @@ from tenure.testing.upgrade import (
     read_back,
     release_database,
     release_venv,
+    scratch_database,
     sqitch,
     table,
 )
@@ -228,13 +229,8 @@ WAITING_SQL = """SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = cur
 def test_a_change_takes_its_locks_before_a_running_call_can_deadlock_it(
     admin_conninfo: str, change: str, first: str, then: str
 ) -> None:
-    dbname = f"tenure_lock_order_{change}"
-    with psycopg.connect(admin_conninfo, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {dbname}")
-    conninfo = make_conninfo(admin_conninfo, dbname=dbname)
     outcome: dict[str, Any] = {}
-    try:
+    with scratch_database(admin_conninfo, f"tenure_lock_order_{change}") as conninfo:
         sqitch(conninfo, "deploy", "--to", f"{change}^", cwd=ROOT)
         with psycopg.connect(conninfo) as call, psycopg.connect(conninfo, autocommit=True) as watch:
             call.execute("SET statement_timeout = '30s'")
@@ -256,9 +252,6 @@ def test_a_change_takes_its_locks_before_a_running_call_can_deadlock_it(
                 "SELECT change FROM sqitch.changes ORDER BY committed_at DESC LIMIT 1"
             ).fetchone()
             assert row == (change,)
-    finally:
-        with psycopg.connect(admin_conninfo, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
 
 
 def deploy_to(conninfo: str, change: str, outcome: dict[str, Any]) -> None:

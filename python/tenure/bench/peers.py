@@ -394,6 +394,29 @@ def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
+def drain_grown(
+    run: Callable[[int], Drained],
+    key: tuple[str, str],
+    backlog: dict[tuple[str, str], int],
+    *,
+    min_window: float,
+    round_: int,
+) -> Drained:
+    """``run`` (a drain of that many jobs) on ``key``'s backlog; in the first round, while its
+    steady window is shorter than ``min_window`` seconds, again with a backlog grown to fit
+    (at most :data:`MAX_PEER_JOBS`), which ``backlog`` keeps for the later rounds."""
+    while True:
+        drained = run(backlog[key])
+        if not (drained.window < min_window and backlog[key] < MAX_PEER_JOBS and round_ == 1):
+            return drained
+        backlog[key] = grown_size(backlog[key], drained.window, min_window, MAX_PEER_JOBS, step=1000)
+        print(
+            f"    ({key[0]} {key[1]}: {drained.jobs:,} jobs left a steady window of {drained.window:.1f} s; "
+            f"again with {backlog[key]:,})",
+            flush=True,
+        )
+
+
 def best(rows: Sequence[Row], *systems: str) -> Row | None:
     """The row of ``systems`` with the highest median rate."""
     return max((row for row in rows if row.system in systems), key=lambda row: row.rate, default=None)
@@ -579,16 +602,7 @@ def peers_bench(
     backlog = dict.fromkeys(runners, jobs)
 
     def measure(key: tuple[str, str], round_: int) -> Drained:
-        while True:
-            run = runners[key](backlog[key])
-            if not (run.window < min_window and backlog[key] < MAX_PEER_JOBS and round_ == 1):
-                return run
-            backlog[key] = grown_size(backlog[key], run.window, min_window, MAX_PEER_JOBS, step=1000)
-            print(
-                f"    ({key[0]} {key[1]}: {run.jobs:,} jobs left a steady window of {run.window:.1f} s; "
-                f"again with {backlog[key]:,})",
-                flush=True,
-            )
+        return drain_grown(runners[key], key, backlog, min_window=min_window, round_=round_)
 
     def show(key: tuple[str, str], run: Drained) -> str:
         return (

@@ -41,13 +41,13 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, durability, grown_size, percentile
+from tenure.bench.common import Repeated, durability, percentile
 from tenure.bench.peers import (
     LEFT_SQL,
-    MAX_PEER_JOBS,
     Drained,
     Row,
     best,
+    drain_grown,
     peer_key,
     peer_rate,
     round_ratios,
@@ -303,22 +303,20 @@ def _run(
             family: str, system: str, config: str, run: Callable[[int], Drained], round_: int
         ) -> None:
             key = (system, config)
-            while True:
-                size = backlog.setdefault(key, jobs)
+            samples: list[tuple[int, int]] = []  # the last run's
+
+            def sampled(size: int) -> Drained:
                 with ProgressSampler(conninfo, family) as sampler:
                     drained = run(size)
                 if sampler.error is not None:
                     raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
-                if not (drained.window < min_window and size < MAX_PEER_JOBS and round_ == 1):
-                    break
-                backlog[key] = grown_size(size, drained.window, min_window, MAX_PEER_JOBS, step=1000)
-                print(
-                    f"    ({system} {config}: {size:,} jobs left a steady window of {drained.window:.1f} s; "
-                    f"again with {backlog[key]:,})",
-                    flush=True,
-                )
+                samples[:] = sampler.samples
+                return drained
+
+            backlog.setdefault(key, jobs)
+            drained = drain_grown(sampled, key, backlog, min_window=min_window, round_=round_)
             row = Row(system, config, (drained,))
-            jobs_per_run = jobs_per_commit(sampler.samples, size)
+            jobs_per_run = jobs_per_commit(samples, drained.jobs)
             if key in rows:
                 old = rows[key]
                 rows[key] = SyncRow(
@@ -328,7 +326,8 @@ def _run(
                 rows[key] = SyncRow(row, (jobs_per_run,))
             print(
                 f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
-                f"{drained.rate:8.0f} /s   {size:>9,} jobs   {per_commit(jobs_per_run):>6} jobs/commit   "
+                f"{drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
+                f"{per_commit(jobs_per_run):>6} jobs/commit   "
                 f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
                 f"workers {us_per_job(drained.workers_us)}",
                 flush=True,

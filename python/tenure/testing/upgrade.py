@@ -67,23 +67,31 @@ def sqitch(conninfo: str, *args: str, cwd: Path, lock_timeout: float | None = No
 
 
 @contextmanager
+def scratch_database(admin_conninfo: str, dbname: str) -> Iterator[str]:
+    """A new, empty database ``dbname`` on the server of ``admin_conninfo`` (one left by an
+    earlier run is dropped first); its superuser conninfo. Dropped on exit."""
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+    with psycopg.connect(admin_conninfo, autocommit=True) as admin:
+        admin.execute(drop)
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        yield make_conninfo(admin_conninfo, dbname=dbname)
+    finally:
+        with psycopg.connect(admin_conninfo, autocommit=True) as admin:
+            admin.execute(drop)
+
+
+@contextmanager
 def release_database(admin_conninfo: str, dbname: str, *, release: str, tree: Path) -> Iterator[str]:
     """A new database ``dbname`` on the server of ``admin_conninfo``, deployed at ``@release``
     from ``tree`` (the release's own commit), with the fleet's role, tables and keys; its
     superuser conninfo. Dropped on exit."""
-    with psycopg.connect(admin_conninfo, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-    conninfo = make_conninfo(admin_conninfo, dbname=dbname)
-    try:
+    with scratch_database(admin_conninfo, dbname) as conninfo:
         sqitch(conninfo, "deploy", "--verify", "--to", f"@{release}", cwd=tree)
         with psycopg.connect(conninfo, autocommit=True) as connection:
             connection.execute(APP_SQL)
             connection.execute("SELECT tenure.claim_register('rolling', %s)", (KEYS,))
         yield conninfo
-    finally:
-        with psycopg.connect(admin_conninfo, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
 
 class Member(ChildProcess):
