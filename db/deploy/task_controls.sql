@@ -61,22 +61,27 @@ ALTER TABLE tenure.task
                                                         next_action, leased_at, limit_key, after_left));
 
 -- Due tasks are leased highest priority first, then oldest due first. With one priority
--- (the common case) a walk of task_due is the same as before.
+-- (the common case) a walk of task_due is the same as before. A leased task is in none
+-- of the due indexes (leased_at is set exactly when owner is), so a lease adds entries
+-- only to the primary key and task_leased: an acquisition first ends the leases of its
+-- kinds that ran out (by task_leased), which puts their tasks back in the due indexes.
 DROP INDEX tenure.task_due;
 DROP INDEX tenure.task_kind_due;
-CREATE INDEX task_due ON tenure.task (priority DESC, next_action) WHERE status = 'pending';
-CREATE INDEX task_kind_due ON tenure.task (kind, priority DESC, next_action) WHERE status = 'pending';
--- The keys with pending work of a kind limited per key, found by skipping through this
+CREATE INDEX task_due ON tenure.task (priority DESC, next_action) WHERE status = 'pending' AND leased_at IS NULL;
+CREATE INDEX task_kind_due ON tenure.task (kind, priority DESC, next_action)
+    WHERE status = 'pending' AND leased_at IS NULL;
+-- The keys with due work of a kind limited per key, found by skipping through this
 -- index; tasks without a limit key (most) are not in it.
 CREATE INDEX task_key_due ON tenure.task (kind, limit_key, priority DESC, next_action)
-    WHERE status = 'pending' AND limit_key IS NOT NULL;
+    WHERE status = 'pending' AND leased_at IS NULL AND limit_key IS NOT NULL;
 -- Waiting tasks, for those who list them (few, unlike finished ones).
 CREATE INDEX task_waiting ON tenure.task (priority DESC, next_action) WHERE status = 'waiting';
--- What runs now, counted against the limits: only leased tasks are in it. Its predicate
--- names leased_at (set exactly when owner is): one on owner would be implied by the
--- holder's writes (owner = $1), and their generic plans scanned this index, dead
--- entries and all, instead of looking each task up by id (10 times the time).
-CREATE INDEX task_leased ON tenure.task (kind, limit_key) WHERE status = 'pending' AND leased_at IS NOT NULL;
+-- Leased tasks by kind and the end of their lease: what runs now (counted against the
+-- limits) and the leases that ran out. Its predicate names leased_at, not owner: one on
+-- owner would be implied by the holder's writes (owner = $1), and their generic plans
+-- scanned this index, dead entries and all, instead of looking each task up by id (10
+-- times the time).
+CREATE INDEX task_leased ON tenure.task (kind, next_action) WHERE status = 'pending' AND leased_at IS NOT NULL;
 
 CREATE TABLE tenure.task_after (
     task_id  uuid NOT NULL REFERENCES tenure.task (id) ON DELETE CASCADE,
@@ -129,8 +134,9 @@ SELECT k.kind, k.paused, k.max_running, k.max_running_per_key, k.rate, k.rate_pe
        (SELECT count(*) FROM tenure.task t
          WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action >= now()) AS running,
        (SELECT count(*) FROM tenure.task t
-         WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= now()
-           AND (t.owner IS NULL OR t.next_action < now())) AS due,
+         WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NULL AND t.next_action <= now())
+       + (SELECT count(*) FROM tenure.task t
+           WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action < now()) AS due,
        CASE WHEN k.rate IS NOT NULL THEN
            (SELECT count(*) FROM tenure.task_kind_lease l WHERE l.kind = k.kind AND l.leased_at > now() - k.rate_period)
        END AS rate_used,

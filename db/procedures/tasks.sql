@@ -546,112 +546,140 @@ BEGIN
     -- The kinds with settings this call could lease: none in the common case.
     SELECT array_agg(k.kind ORDER BY k.kind) INTO v_controlled
       FROM tenure.task_kind k WHERE p_kinds IS NULL OR k.kind = ANY (p_kinds);
-    -- SKIP LOCKED skips a task held by a fenced transaction, and the lease times are
-    -- read per row after the row lock, so a new lease always begins after every write
-    -- fenced by the previous one committed. A leased task is due only once its lease
-    -- is past (the holder may still write at next_action itself). Tasks that die here
-    -- do not count against p_limit: look again for the rest.
-    LOOP
-        IF v_controlled IS NOT NULL THEN
-            SELECT coalesce(array_agg(c.id ORDER BY c.ord), '{}') INTO v_ids
-              FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy)
-                   WITH ORDINALITY AS c (id, kind, until, ord);
-        -- The highest priority first, by one range scan of the index that stops at the
-        -- first task not due yet (the priority found by one probe): with as many due there
-        -- as wanted (one priority and a backlog, the common case) that is the only
-        -- statement. Then, when fewer were due there, priority by priority (each found by
-        -- one probe), highest first, the same way. One scan ordered by (priority DESC,
-        -- next_action) would instead read every pending task (leased, or due later)
-        -- whenever fewer than v_wanted are due: the index cannot skip to the next
-        -- priority by itself.
-        ELSIF p_kinds IS NULL THEN
-            v_ids := ARRAY(
-                SELECT t.id FROM tenure.task t
-                 WHERE t.status = 'pending' AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
-                   AND t.priority = (SELECT p.priority FROM tenure.task p WHERE p.status = 'pending'
-                                      ORDER BY p.priority DESC LIMIT 1)
-                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
-            IF cardinality(v_ids) < v_wanted THEN
-                v_ids := v_ids || ARRAY(
-                    WITH RECURSIVE level (priority) AS (
-                        (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending'
-                          ORDER BY t.priority DESC LIMIT 1)
-                        UNION ALL
-                        SELECT (SELECT t.priority FROM tenure.task t
-                                 WHERE t.status = 'pending' AND t.priority < level.priority
-                                 ORDER BY t.priority DESC LIMIT 1)
-                          FROM level WHERE level.priority IS NOT NULL
-                    )
-                    SELECT x.id FROM level CROSS JOIN LATERAL (
-                        SELECT t.id FROM tenure.task t
-                         WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
-                           AND (t.owner IS NULL OR t.next_action < v_now) AND t.id <> ALL (v_ids)
-                         ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                    LIMIT v_wanted - cardinality(v_ids));
-            END IF;
-        ELSIF cardinality(p_kinds) = 1 THEN
-            v_ids := ARRAY(
-                SELECT t.id FROM tenure.task t
-                 WHERE t.status = 'pending' AND t.kind = p_kinds[1]
-                   AND t.priority = (SELECT p.priority FROM tenure.task p WHERE p.status = 'pending' AND p.kind = p_kinds[1]
-                                      ORDER BY p.priority DESC LIMIT 1)
-                   AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
-                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
-            IF cardinality(v_ids) < v_wanted THEN
-                v_ids := v_ids || ARRAY(
-                    WITH RECURSIVE level (priority) AS (
-                        (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = p_kinds[1]
-                          ORDER BY t.priority DESC LIMIT 1)
-                        UNION ALL
-                        SELECT (SELECT t.priority FROM tenure.task t
-                                 WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority < level.priority
-                                 ORDER BY t.priority DESC LIMIT 1)
-                          FROM level WHERE level.priority IS NOT NULL
-                    )
-                    SELECT x.id FROM level CROSS JOIN LATERAL (
-                        SELECT t.id FROM tenure.task t
-                         WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
-                           AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
-                           AND t.id <> ALL (v_ids)
-                         ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                    LIMIT v_wanted - cardinality(v_ids));
-            END IF;
-        ELSE
-            -- The next priority: the highest below the last among the kinds, one probe each.
-            v_ids := ARRAY(
+    -- Leases of these kinds that ran out (past next_action: the holder may still write
+    -- at next_action itself) end first: a failed attempt, so the task is due again (from
+    -- when its lease ran out) or, after its last attempt, dies. Only then are due tasks
+    -- looked up, among tasks not leased: a lease leaves the due indexes, so leasing a
+    -- task adds no entries to them. SKIP LOCKED passes over a task held by a fenced
+    -- transaction, and the lease's time is read after the row lock, so a new lease
+    -- always begins after every write fenced by the previous one committed.
+    IF p_kinds IS NULL THEN
+        v_ids := ARRAY(SELECT t.id FROM tenure.task t
+                        WHERE t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action < v_now
+                        FOR UPDATE SKIP LOCKED);
+    ELSE
+        v_ids := ARRAY(SELECT t.id FROM tenure.task t
+                        WHERE t.status = 'pending' AND t.leased_at IS NOT NULL AND t.kind = ANY (p_kinds)
+                          AND t.next_action < v_now
+                        FOR UPDATE SKIP LOCKED);
+    END IF;
+    IF cardinality(v_ids) > 0 THEN
+        WITH lapsed AS (
+            UPDATE tenure.task AS t
+               SET owner = NULL, leased_at = NULL, last_action = v_now, attempts = t.attempts + 1,
+                   last_error = format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action),
+                   status = CASE WHEN t.attempts + 1 < t.max_attempts THEN 'pending' ELSE 'dead' END,
+                   next_action = CASE WHEN t.attempts + 1 < t.max_attempts THEN t.next_action END,
+                   finished_at = CASE WHEN t.attempts + 1 < t.max_attempts THEN NULL ELSE v_now END
+             WHERE t.id = ANY (v_ids)
+            RETURNING t.id, t.status
+        )
+        SELECT array_agg(l.id) FILTER (WHERE l.status = 'dead') INTO v_died FROM lapsed l;
+        IF v_died IS NOT NULL THEN
+            PERFORM tenure._task_finished(v_died, '{}', v_now);
+        END IF;
+    END IF;
+    IF v_controlled IS NOT NULL THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.ord), '{}') INTO v_ids
+          FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy)
+               WITH ORDINALITY AS c (id, kind, until, ord);
+    -- The highest priority first, by one range scan of the index that stops at the
+    -- first task not due yet (the priority found by one probe): with as many due there
+    -- as wanted (one priority and a backlog, the common case) that is the only
+    -- statement. Then, when fewer were due there, priority by priority (each found by
+    -- one probe), highest first, the same way. One scan ordered by (priority DESC,
+    -- next_action) would instead read every pending task (leased, or due later)
+    -- whenever fewer than v_wanted are due: the index cannot skip to the next
+    -- priority by itself.
+    ELSIF p_kinds IS NULL THEN
+        v_ids := ARRAY(
+            SELECT t.id FROM tenure.task t
+             WHERE t.status = 'pending' AND t.next_action <= v_now AND t.leased_at IS NULL
+               AND t.priority = (SELECT p.priority FROM tenure.task p
+                                  WHERE p.status = 'pending' AND p.leased_at IS NULL
+                                  ORDER BY p.priority DESC LIMIT 1)
+             ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+        IF cardinality(v_ids) < v_wanted THEN
+            v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
-                    SELECT max((SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.kind = k.kind
-                                 ORDER BY t.priority DESC LIMIT 1))
-                      FROM unnest(p_kinds) k (kind)
+                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.leased_at IS NULL
+                      ORDER BY t.priority DESC LIMIT 1)
                     UNION ALL
-                    SELECT (SELECT max((SELECT t.priority FROM tenure.task t
-                                         WHERE t.status = 'pending' AND t.kind = k.kind AND t.priority < level.priority
-                                         ORDER BY t.priority DESC LIMIT 1))
-                              FROM unnest(p_kinds) k (kind))
+                    SELECT (SELECT t.priority FROM tenure.task t
+                             WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.priority < level.priority
+                             ORDER BY t.priority DESC LIMIT 1)
                       FROM level WHERE level.priority IS NOT NULL
                 )
                 SELECT x.id FROM level CROSS JOIN LATERAL (
                     SELECT t.id FROM tenure.task t
-                     WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
-                       AND t.next_action <= v_now AND (t.owner IS NULL OR t.next_action < v_now)
+                     WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
+                       AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
                      ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                LIMIT v_wanted);
+                LIMIT v_wanted - cardinality(v_ids));
         END IF;
-        EXIT WHEN cardinality(v_ids) = 0;
+    ELSIF cardinality(p_kinds) = 1 THEN
+        v_ids := ARRAY(
+            SELECT t.id FROM tenure.task t
+             WHERE t.status = 'pending' AND t.kind = p_kinds[1]
+               AND t.priority = (SELECT p.priority FROM tenure.task p
+                                  WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
+                                  ORDER BY p.priority DESC LIMIT 1)
+               AND t.next_action <= v_now AND t.leased_at IS NULL
+             ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
+        IF cardinality(v_ids) < v_wanted THEN
+            v_ids := v_ids || ARRAY(
+                WITH RECURSIVE level (priority) AS (
+                    (SELECT t.priority FROM tenure.task t
+                      WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
+                      ORDER BY t.priority DESC LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT t.priority FROM tenure.task t
+                             WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
+                               AND t.priority < level.priority
+                             ORDER BY t.priority DESC LIMIT 1)
+                      FROM level WHERE level.priority IS NOT NULL
+                )
+                SELECT x.id FROM level CROSS JOIN LATERAL (
+                    SELECT t.id FROM tenure.task t
+                     WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
+                       AND t.next_action <= v_now AND t.leased_at IS NULL
+                       AND t.id <> ALL (v_ids)
+                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+                LIMIT v_wanted - cardinality(v_ids));
+        END IF;
+    ELSE
+        -- The next priority: the highest below the last among the kinds, one probe each.
+        v_ids := ARRAY(
+            WITH RECURSIVE level (priority) AS (
+                SELECT max((SELECT t.priority FROM tenure.task t
+                              WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
+                             ORDER BY t.priority DESC LIMIT 1))
+                  FROM unnest(p_kinds) k (kind)
+                UNION ALL
+                SELECT (SELECT max((SELECT t.priority FROM tenure.task t
+                                     WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
+                                       AND t.priority < level.priority
+                                     ORDER BY t.priority DESC LIMIT 1))
+                          FROM unnest(p_kinds) k (kind))
+                  FROM level WHERE level.priority IS NOT NULL
+            )
+            SELECT x.id FROM level CROSS JOIN LATERAL (
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
+                   AND t.next_action <= v_now AND t.leased_at IS NULL
+                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
+            LIMIT v_wanted);
+    END IF;
+    IF cardinality(v_ids) > 0 THEN
         WITH taken AS (
             UPDATE tenure.task AS t
                SET owner       = p_owner,
                    epoch       = t.epoch + 1,
                    leased_at   = coalesce(p_now, clock_timestamp()),
                    next_action = coalesce(p_now, clock_timestamp()) + p_lease,
-                   last_action = coalesce(p_now, clock_timestamp()),
-                   -- A lease that ran out without a word was a failed attempt.
-                   attempts    = t.attempts + (t.owner IS NOT NULL)::integer,
-                   last_error  = CASE WHEN t.owner IS NULL THEN t.last_error
-                                      ELSE format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
-                                 END
+                   last_action = coalesce(p_now, clock_timestamp())
               FROM unnest(v_ids) WITH ORDINALITY AS d (id, ord)
-             WHERE t.id = d.id AND (t.owner IS NULL OR t.attempts + 1 < t.max_attempts)
+             WHERE t.id = d.id
             RETURNING t.id, t.kind, t.state, t.data, t.epoch, t.attempts, t.next_action, t.owner, t.leased_at, d.ord
         ), logged AS (
             INSERT INTO tenure.task_lease_log (task_id, epoch, owner, leased_at, how, generation)
@@ -663,21 +691,6 @@ BEGIN
                max(k.leased_at)
           INTO v_leases, v_leased_at
           FROM taken k;
-        -- The others (locked by the lookup, so left out only by the lease's rule) had a
-        -- lease that ran out on their last attempt: they die instead.
-        v_died := NULL;
-        IF cardinality(v_leases) < cardinality(v_ids) THEN
-            WITH died AS (
-                UPDATE tenure.task AS t
-                   SET owner = NULL, status = 'dead', leased_at = NULL, next_action = NULL,
-                       finished_at = coalesce(p_now, clock_timestamp()), last_action = coalesce(p_now, clock_timestamp()),
-                       attempts = t.attempts + 1,
-                       last_error = format('lease of %s in epoch %s ran out at %s', t.owner, t.epoch, t.next_action)
-                 WHERE t.id = ANY (v_ids) AND t.id <> ALL (ARRAY(SELECT l.id FROM unnest(v_leases) l))
-                RETURNING t.id
-            )
-            SELECT array_agg(k.id) INTO v_died FROM died k;
-        END IF;
         IF v_controlled IS NOT NULL THEN
             -- The rate log of the rate-limited kinds leased (at the latest lease time:
             -- a lease leaves the window no earlier than it should).
@@ -692,12 +705,8 @@ BEGIN
             ON CONFLICT (kind, limit_key) DO UPDATE SET served_at = excluded.served_at;
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
-        IF v_died IS NOT NULL THEN
-            PERFORM tenure._task_finished(v_died, '{}', v_now);
-        END IF;
         v_wanted := v_wanted - cardinality(v_leases);
-        EXIT WHEN v_died IS NULL OR v_wanted = 0;
-    END LOOP;
+    END IF;
     IF v_wanted > 0 AND v_controlled IS NOT NULL THEN
         -- The rate-limited kinds that hold back due tasks now, this call's own leases
         -- counted (their rows are still locked), and when each rate lets the next lease
@@ -722,7 +731,7 @@ BEGIN
                                        AND t.next_action >= v_now))
            AND (SELECT true FROM tenure.task t
                  WHERE t.kind = k.kind AND t.status = 'pending' AND t.next_action <= v_now
-                   AND (t.owner IS NULL OR t.next_action < v_now)
+                   AND t.leased_at IS NULL
                  ORDER BY t.priority DESC, t.next_action LIMIT 1);
     END IF;
 END
@@ -757,7 +766,7 @@ BEGIN
         v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                 FROM tenure.task t
                                WHERE t.status = 'pending' AND t.kind <> ALL (p_controlled) AND t.next_action <= p_now
-                                 AND (t.owner IS NULL OR t.next_action < p_now)
+                                 AND t.leased_at IS NULL
                                ORDER BY t.priority DESC, t.next_action LIMIT p_wanted FOR UPDATE SKIP LOCKED);
     ELSE
         v_free := ARRAY(SELECT unnest(p_kinds) EXCEPT SELECT unnest(p_controlled));
@@ -765,7 +774,7 @@ BEGIN
             v_candidates := ARRAY(SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate
                                     FROM tenure.task t
                                    WHERE t.status = 'pending' AND t.kind = ANY (v_free) AND t.next_action <= p_now
-                                     AND (t.owner IS NULL OR t.next_action < p_now)
+                                     AND t.leased_at IS NULL
                                    ORDER BY t.priority DESC, t.next_action LIMIT p_wanted FOR UPDATE SKIP LOCKED);
         ELSE
             v_candidates := '{}';
@@ -799,18 +808,18 @@ BEGIN
             v_candidates := v_candidates || ARRAY(
                 SELECT (t.id, t.priority, 1, NULL, t.next_action)::tenure._task_candidate FROM tenure.task t
                  WHERE t.status = 'pending' AND t.kind = k.kind AND t.next_action <= p_now
-                   AND (t.owner IS NULL OR t.next_action < p_now)
+                   AND t.leased_at IS NULL
                  ORDER BY t.priority DESC, t.next_action LIMIT v_cap FOR UPDATE SKIP LOCKED);
         ELSE
             -- Each key with pending tasks (found by skipping through task_key_due) offers
             -- its due tasks up to what its limit leaves; the keys take turns.
             WITH RECURSIVE keys (key) AS (
                 (SELECT t.limit_key FROM tenure.task t
-                  WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NOT NULL
+                  WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NULL AND t.limit_key IS NOT NULL
                   ORDER BY t.limit_key LIMIT 1)
                 UNION ALL
                 SELECT (SELECT t.limit_key FROM tenure.task t
-                         WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key > keys.key
+                         WHERE t.kind = k.kind AND t.status = 'pending' AND t.leased_at IS NULL AND t.limit_key > keys.key
                          ORDER BY t.limit_key LIMIT 1)
                   FROM keys WHERE keys.key IS NOT NULL
             ), running AS (
@@ -828,7 +837,7 @@ BEGIN
                             t.next_action
                        FROM tenure.task t
                       WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key = keys.key
-                        AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
+                        AND t.next_action <= p_now AND t.leased_at IS NULL
                       ORDER BY t.priority DESC, t.next_action
                       LIMIT greatest(k.max_running_per_key - coalesce(r.n, 0), 0)) x
                  WHERE keys.key IS NOT NULL
@@ -836,7 +845,7 @@ BEGIN
                 SELECT t.id, t.priority, row_number() OVER (ORDER BY t.priority DESC, t.next_action), NULL, t.next_action
                   FROM (SELECT t.* FROM tenure.task t
                          WHERE t.kind = k.kind AND t.status = 'pending' AND t.limit_key IS NULL
-                           AND t.next_action <= p_now AND (t.owner IS NULL OR t.next_action < p_now)
+                           AND t.next_action <= p_now AND t.leased_at IS NULL
                          ORDER BY t.priority DESC, t.next_action LIMIT v_cap) t
             )
             SELECT array_agg((o.id, o.priority, o.rank, o.served_at, o.next_action)::tenure._task_candidate)
@@ -848,7 +857,7 @@ BEGIN
                 SELECT o FROM unnest(v_keyed) o
                   JOIN LATERAL (SELECT FROM tenure.task t
                                  WHERE t.id = o.id AND t.status = 'pending' AND t.next_action <= p_now
-                                   AND (t.owner IS NULL OR t.next_action < p_now)
+                                   AND t.leased_at IS NULL
                                    FOR UPDATE SKIP LOCKED) t ON true);
         END IF;
     END LOOP;
@@ -1644,8 +1653,9 @@ BEGIN
                (SELECT count(*) FROM tenure.task t
                  WHERE t.kind = p_kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action >= now()),
                (SELECT count(*) FROM tenure.task t
-                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.next_action <= now()
-                   AND (t.owner IS NULL OR t.next_action < now())),
+                 WHERE t.kind = p_kind AND t.status = 'pending' AND t.leased_at IS NULL AND t.next_action <= now())
+               + (SELECT count(*) FROM tenure.task t
+                   WHERE t.kind = p_kind AND t.status = 'pending' AND t.leased_at IS NOT NULL AND t.next_action < now()),
                NULL::bigint, v_now;
     END IF;
 END

@@ -49,6 +49,7 @@ DROP TABLE tenure.task_kind;
 DROP TABLE tenure.task_after;
 DROP INDEX tenure.task_due;
 DROP INDEX tenure.task_kind_due;
+DROP INDEX tenure.task_leased;
 ALTER TABLE tenure.task
     DROP CONSTRAINT task_valid,
     DROP COLUMN priority,

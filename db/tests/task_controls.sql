@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(205);
+SELECT plan(214);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
@@ -150,6 +150,39 @@ SELECT throws_ok($$SELECT tenure.task_set_priority(pg_temp.u(1199), 1)$$, 'TN201
 SELECT throws_ok($$SELECT tenure.task_set_priority(NULL, 1)$$, 'TN001', NULL, 'task_set_priority without an id: TN001');
 SELECT throws_ok($$SELECT tenure.task_set_priority(pg_temp.u(1101), NULL)$$, 'TN001', NULL,
     'task_set_priority without a priority: TN001');
+
+-- Leases that ran out (kind lapse, L = 2003-01-01 00:00:00) ---------------------------------
+-- A leased task is in no due index: an acquisition first ends the leases of its kinds that
+-- ran out, and then looks among the tasks not leased, by priority, then due time (a lapsed
+-- task is due from the end of its lease).
+SELECT is(ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                 WHERE i.indrelid = 'tenure.task'::regclass
+                   AND pg_get_expr(i.indpred, i.indrelid) LIKE '%leased_at IS NULL%' ORDER BY 1),
+    ARRAY['task_due', 'task_key_due', 'task_kind_due'], 'the due indexes leave leased tasks out');
+SELECT pg_temp.enq(1391, 'lapse', '2003-01-01 00:00:00+00', p_priority => 5);
+SELECT pg_temp.enq(1392, 'lapse', '2003-01-01 00:00:00+00', '10 s');
+SELECT pg_temp.enq(1393, 'lapse', '2003-01-01 00:00:00+00', '20 s', p_priority => 5);
+SELECT pg_temp.enq(1394, 'lapse-other', '2003-01-01 00:00:00+00');
+SELECT is(pg_temp.taken('a', 1, ARRAY['lapse'], '2003-01-01 00:00:00+00'), ARRAY[1391], 'a leases 1391 until L + 30 s');
+SELECT is(pg_temp.taken('a', 1, ARRAY['lapse-other'], '2003-01-01 00:00:00+00'), ARRAY[1394], '... and 1394 of another kind');
+SELECT is(pg_temp.taken('b', 1, ARRAY['lapse'], '2003-01-01 00:00:30.000001+00'), ARRAY[1393],
+    'a microsecond after the lease ran out: of priority 5, the task due first (1393, at L + 20 s) before the lapsed one');
+SELECT results_eq(
+    $$SELECT pg_temp.n(id), owner, epoch, attempts, leased, due, next_action, last_error LIKE 'lease of % in epoch 1 ran out at %'
+        FROM tenure.tasks WHERE id IN (pg_temp.u(1391), pg_temp.u(1394)) ORDER BY id$$,
+    $$VALUES (1391, NULL::uuid, 1::bigint, 1, false, true, '2003-01-01 00:00:30+00'::timestamptz, true),
+             (1394, pg_temp.o('a'), 1::bigint, 0, false, true, '2003-01-01 00:00:30+00'::timestamptz, NULL)$$,
+    'that acquisition ended the lapsed lease of its kind (a failed attempt, due from the end of its lease), not the other kind''s');
+SELECT is(pg_temp.taken('b', 1, ARRAY['lapse'], '2003-01-01 00:00:30.000001+00'), ARRAY[1391],
+    'the lapsed task next, before a lower priority due earlier');
+SELECT results_eq(
+    $$SELECT owner, epoch, attempts FROM tenure.task WHERE id = pg_temp.u(1391)$$,
+    $$VALUES (pg_temp.o('b'), 2::bigint, 1)$$, 'leased in the next epoch, the lost lease counted as an attempt');
+SELECT ok(pg_temp.would_take('c', 10000, NULL, '2003-01-01 00:00:30.000001+00') @> ARRAY[1392, 1394],
+    'an acquisition of any kind ends every lapsed lease: the other kind''s task would be leased with the due one');
+SELECT is(pg_temp.taken('c', 5, ARRAY['lapse', 'lapse-other'], '2003-01-01 00:00:30.000001+00'), ARRAY[1392, 1394],
+    'so does one of several kinds');
+
 SELECT pg_temp.enq(1111, 'prio2', '2002-01-01 00:00:00+00');
 SELECT pg_temp.enq(1112, 'prio2', '2002-01-01 00:00:05+00', p_priority => 3);
 SELECT results_eq(

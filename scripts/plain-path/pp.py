@@ -2,7 +2,7 @@
 paired interleaved rounds of
   cycle   : pgbench, 2 clients, task_cycle 10 per call (completes what the previous call leased)
   acquire : pgbench, 2 clients, task_acquire(1) + task_complete
-  workers : 2 `tenure task worker` processes (--concurrency 16, poll 0.05) of each tree's own python
+  workers : 2 `tenure task worker` processes (--concurrency PP_CONCURRENCY, default 16; poll 0.05) of each tree's own python
 on a fresh backlog of BACKLOG due tasks of kind `bench` each run.
 
 Environment: PGHOST/PGPORT of the cluster holding both databases, PP_PGDATA its data directory
@@ -77,7 +77,7 @@ def pgbench(db: str, script: str, seconds: int) -> float:
 
 def workers(db: str, seconds: int) -> float:
     env = dict(os.environ, PYTHONPATH=DBS[db])
-    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(DB_NAMES[db]), "--concurrency", "16", "--lease", "30",
+    cmd = [PY, "-m", "tenure", "task", "worker", "--db", conninfo(DB_NAMES[db]), "--concurrency", os.environ.get("PP_CONCURRENCY", "16"), "--lease", "30",
            "--poll-interval", "0.05", "--module", "tenure.bench.app"]
     procs = []
     for n in range(2):
