@@ -222,7 +222,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_input tenure._task_input := (1::bigint, coalesce(p_id, gen_random_uuid()), p_kind, coalesce(p_data, '{}'), p_state,
+    v_input tenure._task_input := (1::bigint, coalesce(p_id, tenure._uuid_v7()), p_kind, coalesce(p_data, '{}'), p_state,
                                    p_delay, p_idempotency_key, p_max_attempts, true, p_priority, p_limit_key, p_after);
     v_done tenure.task_enqueued;
 BEGIN
@@ -306,7 +306,7 @@ BEGIN
             || ' number of seconds), max_attempts and priority integers, after an array of task ids.');
     END IF;
     BEGIN
-        SELECT array_agg((e.ord, coalesce(r.id, gen_random_uuid()), r.kind,
+        SELECT array_agg((e.ord, coalesce(r.id, tenure._uuid_v7()), r.kind,
                           CASE WHEN jsonb_typeof(e.task) <> 'object' THEN '{}'
                                WHEN e.task ? 'data' THEN e.task -> 'data' ELSE '{}' END,
                           coalesce(r.state, 'new'), coalesce(r.delay, interval '0'), r.idempotency_key,

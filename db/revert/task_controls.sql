@@ -50,6 +50,8 @@ DROP TABLE tenure.task_after;
 DROP INDEX tenure.task_due;
 DROP INDEX tenure.task_kind_due;
 DROP INDEX tenure.task_leased;
+ALTER TABLE tenure.task ALTER COLUMN id SET DEFAULT gen_random_uuid();
+DROP FUNCTION tenure._uuid_v7();
 ALTER TABLE tenure.task
     DROP CONSTRAINT task_valid,
     DROP COLUMN priority,

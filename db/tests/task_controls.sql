@@ -9,7 +9,7 @@
 -- priorities 11xx (January), pause 12xx (February), max_running 13xx (March), per key
 -- 14xx (April), rate 15xx (May), cancel 16xx (June), dependencies 17xx (July).
 BEGIN;
-SELECT plan(214);
+SELECT plan(217);
 
 CREATE FUNCTION pg_temp.u(p_n integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE AS $$ SELECT ('00000000-0000-0000-0000-' || lpad(p_n::text, 12, '0'))::uuid $$;
@@ -150,6 +150,23 @@ SELECT throws_ok($$SELECT tenure.task_set_priority(pg_temp.u(1199), 1)$$, 'TN201
 SELECT throws_ok($$SELECT tenure.task_set_priority(NULL, 1)$$, 'TN001', NULL, 'task_set_priority without an id: TN001');
 SELECT throws_ok($$SELECT tenure.task_set_priority(pg_temp.u(1101), NULL)$$, 'TN001', NULL,
     'task_set_priority without a priority: TN001');
+
+-- Task ids are time-ordered (UUID version 7): 48 bits of Unix time in milliseconds first.
+CREATE FUNCTION pg_temp.id_ms(p_id uuid) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT ('x' || lpad(replace(left(p_id::text, 13), '-', ''), 16, '0'))::bit(64)::bigint $$;
+CREATE TEMP TABLE uuid7 AS SELECT e.id FROM tenure.task_enqueue('uuid7', '{}') e;
+SELECT results_eq(
+    $$SELECT substr(t.id::text, 15, 1), substr(t.id::text, 20, 1) IN ('8', '9', 'a', 'b'),
+             abs(pg_temp.id_ms(t.id) - (extract(epoch FROM t.created_at) * 1000)::bigint) < 1000
+        FROM uuid7 e JOIN tenure.task t ON t.id = e.id$$,
+    $$VALUES ('7', true, true)$$,
+    'an enqueued task''s id is a UUID version 7 (RFC 9562 variant) whose time is its created_at');
+SELECT ok((SELECT array_agg(pg_temp.id_ms(i) ORDER BY g) = array_agg(pg_temp.id_ms(i) ORDER BY i)
+             FROM (SELECT g, tenure._uuid_v7() AS i FROM generate_series(1, 3) g, LATERAL pg_sleep(0.002)) x),
+    'ids made later sort later (a millisecond apart)');
+SELECT is((SELECT count(DISTINCT e.id)::int FROM tenure.task_enqueue_many(
+               (SELECT jsonb_agg(jsonb_build_object('kind', 'uuid7')) FROM generate_series(1, 1000))) e),
+    1000, 'a thousand ids made in one call are distinct');
 
 -- Leases that ran out (kind lapse, L = 2003-01-01 00:00:00) ---------------------------------
 -- A leased task is in no due index: an acquisition first ends the leases of its kinds that
