@@ -575,9 +575,6 @@ BEGIN
             RETURNING t.id, t.status
         )
         SELECT array_agg(l.id) FILTER (WHERE l.status = 'dead') INTO v_died FROM lapsed l;
-        IF v_died IS NOT NULL THEN
-            PERFORM tenure._task_finished(v_died, '{}', v_now);
-        END IF;
     END IF;
     IF v_controlled IS NOT NULL THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.ord), '{}') INTO v_ids
@@ -706,6 +703,12 @@ BEGIN
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
         v_wanted := v_wanted - cardinality(v_leases);
+    END IF;
+    -- The dependents of tasks that died above die with them, only now: an acquisition
+    -- locks the rows of its limited kinds (_task_pick) before any dependent, the one order
+    -- task_cycle keeps too (no deadlock).
+    IF v_died IS NOT NULL THEN
+        PERFORM tenure._task_finished(v_died, '{}', v_now);
     END IF;
     IF v_wanted > 0 AND v_controlled IS NOT NULL THEN
         -- The rate-limited kinds that hold back due tasks now, this call's own leases
