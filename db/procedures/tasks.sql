@@ -536,7 +536,6 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
-    v_wanted integer := p_limit;
     v_controlled text[];
     v_ids uuid[];
     v_leases tenure.task_lease[];
@@ -578,7 +577,7 @@ BEGIN
     END IF;
     IF v_controlled IS NOT NULL THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.ord), '{}') INTO v_ids
-          FROM tenure._task_pick(p_kinds, v_controlled, v_wanted, v_now, p_skip_busy)
+          FROM tenure._task_pick(p_kinds, v_controlled, p_limit, v_now, p_skip_busy)
                WITH ORDINALITY AS c (id, kind, until, ord);
     -- The highest priority first, by one range scan of the index that stops at the
     -- first task not due yet (the priority found by one probe): with as many due there
@@ -586,7 +585,7 @@ BEGIN
     -- statement. Then, when fewer were due there, priority by priority (each found by
     -- one probe), highest first, the same way. One scan ordered by (priority DESC,
     -- next_action) would instead read every pending task (leased, or due later)
-    -- whenever fewer than v_wanted are due: the index cannot skip to the next
+    -- whenever fewer than p_limit are due: the index cannot skip to the next
     -- priority by itself.
     ELSIF p_kinds IS NULL THEN
         v_ids := ARRAY(
@@ -595,8 +594,8 @@ BEGIN
                AND t.priority = (SELECT p.priority FROM tenure.task p
                                   WHERE p.status = 'pending' AND p.leased_at IS NULL
                                   ORDER BY p.priority DESC LIMIT 1)
-             ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
-        IF cardinality(v_ids) < v_wanted THEN
+             ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        IF cardinality(v_ids) < p_limit THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
                     (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.leased_at IS NULL
@@ -611,8 +610,8 @@ BEGIN
                     SELECT t.id FROM tenure.task t
                      WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
                        AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
-                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                LIMIT v_wanted - cardinality(v_ids));
+                     ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit - cardinality(v_ids));
         END IF;
     ELSIF cardinality(p_kinds) = 1 THEN
         v_ids := ARRAY(
@@ -622,8 +621,8 @@ BEGIN
                                   WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
                                   ORDER BY p.priority DESC LIMIT 1)
                AND t.next_action <= v_now AND t.leased_at IS NULL
-             ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED);
-        IF cardinality(v_ids) < v_wanted THEN
+             ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        IF cardinality(v_ids) < p_limit THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
                     (SELECT t.priority FROM tenure.task t
@@ -641,8 +640,8 @@ BEGIN
                      WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
                        AND t.next_action <= v_now AND t.leased_at IS NULL
                        AND t.id <> ALL (v_ids)
-                     ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-                LIMIT v_wanted - cardinality(v_ids));
+                     ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+                LIMIT p_limit - cardinality(v_ids));
         END IF;
     ELSE
         -- The next priority: the highest below the last among the kinds, one probe each.
@@ -664,8 +663,8 @@ BEGIN
                 SELECT t.id FROM tenure.task t
                  WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
                    AND t.next_action <= v_now AND t.leased_at IS NULL
-                 ORDER BY t.next_action LIMIT v_wanted FOR UPDATE SKIP LOCKED) x
-            LIMIT v_wanted);
+                 ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+            LIMIT p_limit);
     END IF;
     IF cardinality(v_ids) > 0 THEN
         WITH taken AS (
@@ -702,7 +701,6 @@ BEGIN
             ON CONFLICT (kind, limit_key) DO UPDATE SET served_at = excluded.served_at;
         END IF;
         RETURN QUERY SELECT * FROM unnest(v_leases);
-        v_wanted := v_wanted - cardinality(v_leases);
     END IF;
     -- The dependents of tasks that died above die with them, only now: an acquisition
     -- locks the rows of its limited kinds (_task_pick) before any dependent, the one order
@@ -710,7 +708,7 @@ BEGIN
     IF v_died IS NOT NULL THEN
         PERFORM tenure._task_finished(v_died, '{}', v_now);
     END IF;
-    IF v_wanted > 0 AND v_controlled IS NOT NULL THEN
+    IF p_limit > coalesce(cardinality(v_leases), 0) AND v_controlled IS NOT NULL THEN
         -- The rate-limited kinds that hold back due tasks now, this call's own leases
         -- counted (their rows are still locked), and when each rate lets the next lease
         -- through. Not a kind also at its concurrency limit: a finishing task wakes those.
