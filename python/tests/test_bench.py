@@ -6,7 +6,6 @@ them its test skips, or fails when CI is set."""
 from __future__ import annotations
 
 import ast
-import math
 import os
 import re
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tenure.bench import SECTIONS
+from tenure.bench import SECTIONS, common
 from tenure.bench.batches import MIN_COUNTS, steady
 from tenure.bench.common import Rate, Repeated, grown_size, interleaved, rate_line, ratio_spread, steady_tps
 from tenure.bench.latency import targets
@@ -29,10 +28,10 @@ from tenure.bench.peers import (
     Drained,
     Row,
     headline,
+    per_job,
     rate_between,
 )
 from tenure.bench.soak import UTYPE, SoakLog, verify
-from tenure.bench.sync import jobs_per_commit
 
 SMALL = [
     "--seconds", "1", "--clients", "2", "--kills", "2",
@@ -144,10 +143,13 @@ def test_soak_prunes_finished_history_and_nothing_live(admin_conninfo: str, tmp_
 
 
 def test_rows_repeat_in_interleaved_rounds_and_a_row_that_moved_says_so(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one mechanism every section repeats its rows with: each round measures every row
-    once, in order; a row shows its median and min-max spread, MOVED past 15%."""
+    once, in order, beside the machine's speed; a row shows its median and min-max spread,
+    MOVED past 15%."""
+    speeds = iter([20.0, 20.0, 30.0, 30.0, 20.0, 24.0])  # these runs are too short to sample during
+    monkeypatch.setattr(common, "machine_speed", lambda: next(speeds))
     calls: list[tuple[str, int]] = []
     values = {"steady": iter([100.0, 110.0, 105.0]), "moving": iter([100.0, 130.0, 90.0])}
 
@@ -159,12 +161,14 @@ def test_rows_repeat_in_interleaved_rounds_and_a_row_that_moved_says_so(
     assert calls == [("steady", 1), ("moving", 1), ("steady", 2), ("moving", 2), ("steady", 3), ("moving", 3)]
     printed = capsys.readouterr().out.splitlines()
     assert printed == [
-        "    round 1: steady 100",
-        "    round 1: moving 100",
-        "    round 2: steady 110",
-        "    round 2: moving 130",
-        "    round 3: steady 105",
-        "    round 3: moving 90",
+        "    round 1: steady 100   machine 1.00",
+        "    round 1: moving 100   machine 1.00",
+        "    round 2: steady 110   machine 1.50",
+        "    round 2: moving 130   machine 1.50",
+        "    round 3: steady 105   machine 1.00",
+        "    round 3: moving 90   machine 1.20",
+        "    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
+        "20.0-30.0, spread 45% MOVED",
     ]
     steady = rate_line("steady", runs["steady"], runs["steady"], width=8)
     moving = rate_line("moving", runs["moving"], runs["steady"], width=8)
@@ -239,7 +243,12 @@ def test_repeated_rows_print_their_rounds_medians_and_spreads(admin_conninfo: st
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    rounds = re.findall(r"^ {4}round (\d): (.*?) ([\d,]+) /s$", result.stdout, re.MULTILINE)
+    rounds = re.findall(
+        r"^ {4}round (\d): (.*?) ([\d,]+) /s   machine \d+\.\d\d$", result.stdout, re.MULTILINE
+    )
+    assert re.search(
+        r"^ {4}the machine's mean speed during each run .*: [\d.]+-[\d.]+, spread", result.stdout, re.M
+    )
     assert [(n, label) for n, label, _ in rounds] == [
         (n, label)
         for n in ("1", "2")
@@ -271,6 +280,23 @@ def test_repeated_rows_print_their_rounds_medians_and_spreads(admin_conninfo: st
 
 def test_rss_reads_the_resident_size_of_a_process() -> None:
     assert 1 < rss_mib(os.getpid()) < 4096
+
+
+def test_the_machine_speed_is_sampled_while_a_run_lasts() -> None:
+    with common.machine_speed_during(every=0.01) as speeds:
+        time.sleep(0.3)
+    count = len(speeds)
+    assert count >= 5 and all(speed > 0 for speed in speeds)
+    time.sleep(0.05)
+    assert len(speeds) == count, "the sampler stops with the run"
+
+
+def test_per_job_counts_what_grew_between_90_and_10_percent_left() -> None:
+    """CPU and WAL per job: the growth of a counter from the last sample with 90% of the jobs
+    left to the first with 10% left, over the jobs done between those two samples."""
+    samples = [(0.0, 1000), (1.0, 950), (2.0, 850), (5.0, 150), (6.0, 50), (7.0, 0)]
+    counter = [0.0, 10.0, 100.0, 800.0, 900.0, 905.0]
+    assert per_job(samples, counter, 1000) == pytest.approx((900.0 - 10.0) / (950 - 50))
 
 
 def test_rate_between_interpolates_the_90_and_10_percent_moments() -> None:
@@ -308,15 +334,6 @@ def test_the_peers_headline_holds_tenure_best_by_either_worker_to_1_5x_and_the_t
     either, threaded, _ = headline(rows)[1:]
     assert "tenure-async" in either and "1.30x   (goal 1.5x: NOT reached)" in either, either
     assert "0.95x   (goal 1.0x: NOT reached)" in threaded, threaded
-
-
-def test_jobs_per_commit_counts_the_transaction_ids_of_the_steady_window() -> None:
-    # (left, next xid): the empty queue before the load, the load, then 10 jobs per xid in the
-    # window (900 -> 100 left: 800 jobs, 80 xids) and a tail of single-job commits outside it
-    samples = [(0, 5), (0, 6), (1000, 7), (950, 10), (900, 12), (500, 52), (100, 92), (50, 142), (0, 192)]
-    assert jobs_per_commit(samples, 1000) == pytest.approx(10.0)
-    assert math.isnan(jobs_per_commit([(0, 5), (1000, 6), (0, 7)], 1000))  # no sample inside the window
-    assert math.isnan(jobs_per_commit([(0, 5), (0, 6)], 1000))  # the load never seen
 
 
 PEER_SECONDS = "0.1"  # the fast rows grow once (each run of a peer starts processes: seconds)

@@ -8,9 +8,12 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -311,6 +314,39 @@ Row = TypeVar("Row", bound=Hashable)
 Result = TypeVar("Result")
 
 
+def machine_speed(loops: int = 20_000) -> float:
+    """How fast this machine runs a fixed piece of pure Python now, in loops per microsecond
+    of the thread's own CPU time (about 1.5 ms of it): the speed of a core it was given, not
+    how soon it was given one."""
+    began = time.thread_time()
+    total = 0
+    for n in range(loops):
+        total += n * n
+    return loops / (time.thread_time() - began) / 1e6
+
+
+@contextmanager
+def machine_speed_during(every: float = 0.2) -> Iterator[list[float]]:
+    """The machine's speed (:func:`machine_speed`) every ``every`` seconds while the body runs
+    (under 1% of a core), in the list it yields. A shared machine's speed moves with its
+    neighbours: on this project's 2-core machine the same loop has run at 12 to 23 loops per
+    microsecond within a minute, idle or busy, and a run's rate moves with it."""
+    speeds: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(every):
+            speeds.append(machine_speed())
+
+    sampler = threading.Thread(target=sample, name="machine-speed", daemon=True)
+    sampler.start()
+    try:
+        yield speeds
+    finally:
+        done.set()
+        sampler.join()
+
+
 def interleaved(
     rows: Sequence[Row],
     measure: Callable[[Row, int], Result],
@@ -321,15 +357,30 @@ def interleaved(
     """The one way the bench repeats a section's rows: ``repeat`` interleaved rounds, round r
     measuring each row once, in order (``measure(row, r)``), so that a slow spell of a shared
     machine falls on every row of a round rather than on all the runs of one row. With more
-    than one round each run is printed as it comes (``show``), and the section prints each
-    row's median with :meth:`Repeated.describe`. Returns each row's runs, in round order."""
+    than one round each run is printed as it comes (``show``), with the machine's mean speed
+    during it (:func:`machine_speed_during`) over the first run's, and the runs' speeds are
+    summed up at the end: rows that move with the machine's speed are the machine's doing.
+    The section prints each row's median with :meth:`Repeated.describe`. Returns each row's
+    runs, in round order."""
     runs: dict[Row, list[Result]] = {row: [] for row in rows}
+    speeds: list[float] = []
     for round_ in range(1, repeat + 1):
         for row in rows:
-            result = measure(row, round_)
+            with machine_speed_during() as during:
+                result = measure(row, round_)
+            speeds.append(statistics.fmean(during) if during else machine_speed())
             runs[row].append(result)
             if repeat > 1 and show is not None:
-                print(f"    round {round_}: {show(row, result)}", flush=True)
+                print(
+                    f"    round {round_}: {show(row, result)}   machine {speeds[-1] / speeds[0]:.2f}",
+                    flush=True,
+                )
+    if repeat > 1 and show is not None:
+        print(
+            f"    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
+            f"{Repeated(tuple(speeds)).describe('{:.1f}')}",
+            flush=True,
+        )
     return runs
 
 

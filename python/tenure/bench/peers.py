@@ -125,6 +125,14 @@ class Drained:
     server_us: float | None = None
     workers_us: float | None = None
     jobs: int = 0  # the backlog drained
+    # WAL per job in the same window: bytes (from the insert position) and full-page images
+    # (pg_stat_wal, which backends update about once a second); many images mean a
+    # checkpoint began shortly before or inside the window
+    wal_bytes: float | None = None
+    wal_fpi: float | None = None
+    # jobs per transaction id assigned in the window (one per writing transaction): how many
+    # jobs each commit carried
+    per_commit: float | None = None
 
     @property
     def window(self) -> float:
@@ -162,19 +170,39 @@ class Row:
         """The median of the runs' workers' CPU per job, in microseconds."""
         return _median_known(run.workers_us for run in self.runs)
 
+    @property
+    def per_commit(self) -> float | None:
+        """The median of the runs' jobs per transaction."""
+        return _median_known(run.per_commit for run in self.runs)
+
 
 def _median_known(values: Iterable[float | None]) -> float | None:
     known = tuple(value for value in values if value is not None)
     return Repeated(known).median if known else None
 
 
-def cpu_per_job(samples: Sequence[tuple[float, int]], cpu: Sequence[float], jobs: int) -> float:
-    """Microseconds of ``cpu`` (seconds, read with each of ``samples``) per job, from the last
-    sample with 90% of ``jobs`` left to the first with 10% left."""
+def per_job(samples: Sequence[tuple[float, int]], counter: Sequence[float], jobs: int) -> float:
+    """How much ``counter`` (read with each of ``samples``) grew per job, from the last sample
+    with 90% of ``jobs`` left to the first with 10% left."""
     first = max(n for n, (_, left) in enumerate(samples) if left >= 0.9 * jobs)
     last = min(n for n, (_, left) in enumerate(samples) if left <= 0.1 * jobs)
     done = samples[first][1] - samples[last][1]
-    return 1e6 * (cpu[last] - cpu[first]) / done
+    return (counter[last] - counter[first]) / done
+
+
+def _inverse(value: float) -> float | None:
+    return 1 / value if value else None
+
+
+def written(admin: psycopg.Connection[Any]) -> tuple[float, float, float]:
+    """What the cluster wrote so far: WAL bytes (its insert position), full-page images, and
+    transaction ids (the next to be assigned; reading it assigns none)."""
+    row = admin.execute(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8, wal_fpi::float8, "
+        "pg_snapshot_xmax(pg_current_snapshot())::text::float8 FROM pg_stat_wal"
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
 
 
 def when_left(samples: Sequence[tuple[float, int]], level: float) -> float:
@@ -214,6 +242,7 @@ def drain(
     samples: list[tuple[float, int]] = [(loaded_at, jobs)]
     server_cpu = [server.seconds() if server else 0.0]
     workers_cpu = [cpu_of(workers)]
+    wal = [written(admin)]
     last_progress = time.monotonic()
     admin.execute("SET max_parallel_workers_per_gather = 0")
     while True:
@@ -226,15 +255,19 @@ def drain(
         samples.append((at, left))
         server_cpu.append(server.seconds() if server else 0.0)
         workers_cpu.append(cpu_of(workers))
+        wal.append(written(admin))
         if left == 0:
             record.write_text("".join(f"{t - loaded_at:.3f} {n}\n" for t, n in samples))
             rate = rate_between(samples, jobs)
             return Drained(
                 rate,
                 when_left(samples, 0.9 * jobs) - loaded_at - 0.1 * jobs / rate,
-                cpu_per_job(samples, server_cpu, jobs) if server else None,
-                cpu_per_job(samples, workers_cpu, jobs) if workers else None,
+                1e6 * per_job(samples, server_cpu, jobs) if server else None,
+                1e6 * per_job(samples, workers_cpu, jobs) if workers else None,
                 jobs,
+                per_job(samples, [bytes_ for bytes_, _, _ in wal], jobs),
+                per_job(samples, [images for _, images, _ in wal], jobs),
+                _inverse(per_job(samples, [xid for _, _, xid in wal], jobs)),
             )
         for process, log in processes:
             if process.poll() is not None:
@@ -608,7 +641,9 @@ def peers_bench(
         return (
             f"{key[0]:<18} {key[1]:<32} {run.rate:8.0f} /s   {run.jobs:>9,} jobs   "
             f"start-up {run.startup:.2f} s   "
-            f"CPU us/job: server {_us(run.server_us)}, workers {_us(run.workers_us)}"
+            f"CPU us/job: server {_us(run.server_us)}, workers {_us(run.workers_us)}   "
+            f"WAL/job: {_us(run.wal_bytes)} bytes, {run.wal_fpi or 0:.3f} full pages   "
+            f"jobs/commit {run.per_commit or 0:.1f}"
         )
 
     try:

@@ -15,7 +15,7 @@ pgqueuer-asyncpg at the batch sizes of :data:`SYNC_BATCHES` and tenure's TaskWor
 AsyncTaskWorker in the configurations of :data:`SYNC_TENURE`, each shown as a ratio to
 pgqueuer's best on the same cluster; and the jobs each writing commit carried in the same
 window: jobs finished over transaction ids assigned (every transaction that writes takes
-one, and only those wait for the standby; the samplers' own reads take none); and, as in
+one, and only those wait for the standby; the bench's own reads take none); and, as in
 the peers section, the CPU per job of the primary's processes and of the workers.
 
 The section starts the cluster itself (about 10 s: etcd, initdb, a pg_basebackup) and
@@ -34,16 +34,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import psycopg
 
-from tenure.bench.common import Repeated, durability, percentile
+from tenure.bench.common import durability, percentile
 from tenure.bench.peers import (
-    LEFT_SQL,
     Drained,
     Row,
     best,
@@ -63,71 +61,6 @@ SYNC_BATCHES: tuple[int, ...] = (100, 500)  # pgqueuer-asyncpg's batch sizes (it
 SYNC_TENURE: list[tuple[int, int]] = [(2, 256), (2, 64)]  # (worker processes, --concurrency)
 DB = "tenure_bench"
 COMMIT_PROBES = 50  # single-row commits timed for the cluster's commit latency
-
-# what is left (as the peers section counts it) and the next transaction id to be assigned
-PROGRESS_SQL = (
-    "SELECT s.left_, pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM ({left}) s(left_, at)"
-)
-
-
-@dataclass(frozen=True)
-class SyncRow:
-    """A row of the peers section and, per run, the jobs each writing commit carried."""
-
-    row: Row
-    per_commit: tuple[float, ...]  # NaN where a run had too few samples in its window
-
-    @property
-    def jobs_per_commit(self) -> float:
-        values = [value for value in self.per_commit if value == value]
-        return Repeated(tuple(values)).median if values else float("nan")
-
-
-class ProgressSampler:
-    """Every 0.1 s on a connection of its own: (jobs left, next transaction id), while a drain runs."""
-
-    def __init__(self, conninfo: str, family: str) -> None:
-        self.query = PROGRESS_SQL.format(left=LEFT_SQL[family])
-        self.connection = psycopg.connect(conninfo, autocommit=True)
-        self.samples: list[tuple[int, int]] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sync-sampler", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    row = self.connection.execute(self.query).fetchone()
-                except psycopg.errors.UndefinedTable:  # a peer not installed (again) yet
-                    row = None
-                if row is not None:
-                    self.samples.append((int(row[0]), int(row[1])))
-                self._stop.wait(0.1)
-        except BaseException as error:  # reported by jobs_per_commit's caller
-            self.error = error
-
-    def __enter__(self) -> ProgressSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.connection.close()
-
-
-def jobs_per_commit(samples: Sequence[tuple[int, int]], jobs: int) -> float:
-    """Jobs finished over transaction ids assigned between the first sample at or below 90%
-    left and the last at or above 10% left (after the load was seen); NaN without two."""
-    loaded = next((n for n, (left, _) in enumerate(samples) if left > 0.9 * jobs), None)
-    if loaded is None:
-        return float("nan")
-    window = [s for s in samples[loaded:] if 0.1 * jobs <= s[0] <= 0.9 * jobs]
-    if len(window) < 2 or window[-1][1] <= window[0][1]:
-        return float("nan")
-    (left0, xid0), (left1, xid1) = window[0], window[-1]
-    return (left0 - left1) / (xid1 - xid0)
 
 
 def commit_latency(connection: psycopg.Connection[Any]) -> float:
@@ -164,24 +97,23 @@ def us_per_job(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
-def per_commit(value: float) -> str:
-    """Jobs per commit to one decimal, ``-`` when the window had too few samples."""
-    return "-" if value != value else f"{value:.1f}"
+def per_commit(value: float | None) -> str:
+    """Jobs per commit to one decimal, ``-`` when the window assigned no transaction id."""
+    return "-" if value is None else f"{value:.1f}"
 
 
-def table(rows: Sequence[SyncRow]) -> list[str]:
-    reference = best([r.row for r in rows], "pgqueuer-asyncpg")
+def table(rows: Sequence[Row]) -> list[str]:
+    reference = best(rows, "pgqueuer-asyncpg")
     header = (
         f"    {'system':<18} {'configuration':<32} {'jobs/s':>8} {'x pgqueuer best':>16} "
         f"{'jobs/commit':>11} {'server us/job':>13} {'workers us/job':>14} {'start-up':>9}   runs"
     )
     lines = [header]
-    for sync_row in rows:
-        row = sync_row.row
+    for row in rows:
         ratio = f"{row.rate / reference.rate:16.2f}" if reference else f"{'-':>16}"
         lines.append(
             f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} {ratio} "
-            f"{per_commit(sync_row.jobs_per_commit):>11} {us_per_job(row.server_us):>13} "
+            f"{per_commit(row.per_commit):>11} {us_per_job(row.server_us):>13} "
             f"{us_per_job(row.workers_us):>14} "
             f"{row.startup:7.2f} s   {row.rates.describe()}"
         )
@@ -190,18 +122,17 @@ def table(rows: Sequence[SyncRow]) -> list[str]:
     return lines
 
 
-def headline(rows: Sequence[SyncRow]) -> list[str]:
-    plain = [r.row for r in rows]
-    reference = best(plain, "pgqueuer-asyncpg")
+def headline(rows: Sequence[Row]) -> list[str]:
+    reference = best(rows, "pgqueuer-asyncpg")
     if reference is None:
         return []
     lines = [
         f"  headline, synchronous standby: tenure's best over pgqueuer-asyncpg's best "
         f"({reference.config}, {reference.rate:.0f} /s):"
     ]
-    peers = [row for row in plain if row.system == "pgqueuer-asyncpg"]
+    peers = [row for row in rows if row.system == "pgqueuer-asyncpg"]
     for system in ("tenure", "tenure-async"):
-        row = best(plain, system)
+        row = best(rows, system)
         if row is not None:
             rounds = round_ratios(row, peers)
             paired = f" (rounds: {' / '.join(f'{r:.2f}' for r in rounds)})" if len(rounds) > 1 else ""
@@ -223,7 +154,7 @@ def sync_bench(
     min_window: float = 0.0,
     cluster: PatroniCluster | None = None,
     dbname: str = DB,
-) -> list[SyncRow]:
+) -> list[Row]:
     """Start the cluster (or use ``cluster``, a running one in synchronous mode: the tests
     reuse theirs), deploy tenure into ``dbname`` unless it is there already, run every row
     ``repeat`` times in interleaved rounds, print the table; the cluster started here and
@@ -274,13 +205,13 @@ def _run(
     repeat: int,
     min_window: float,
     dbname: str,
-) -> list[SyncRow]:
+) -> list[Row]:
     leader = cluster.wait_ready(60)
     standby = cluster.sync_standby()
     if not cluster.psql(leader, "SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)):
         cluster.deploy_tenure(dbname)
     conninfo = cluster.node_conninfo(leader, dbname)
-    rows: dict[tuple[str, str], SyncRow] = {}
+    rows: dict[tuple[str, str], Row] = {}
     with psycopg.connect(conninfo, autocommit=True) as admin:
         streams = cluster.replication(leader)
         if standby is None or streams.get(standby) != ("streaming", "sync"):
@@ -299,35 +230,15 @@ def _run(
 
         backlog: dict[tuple[str, str], int] = {}
 
-        def measure(
-            family: str, system: str, config: str, run: Callable[[int], Drained], round_: int
-        ) -> None:
+        def measure(system: str, config: str, run: Callable[[int], Drained], round_: int) -> None:
             key = (system, config)
-            samples: list[tuple[int, int]] = []  # the last run's
-
-            def sampled(size: int) -> Drained:
-                with ProgressSampler(conninfo, family) as sampler:
-                    drained = run(size)
-                if sampler.error is not None:
-                    raise RuntimeError(f"the progress sampler failed: {sampler.error!r}") from sampler.error
-                samples[:] = sampler.samples
-                return drained
-
             backlog.setdefault(key, jobs)
-            drained = drain_grown(sampled, key, backlog, min_window=min_window, round_=round_)
-            row = Row(system, config, (drained,))
-            jobs_per_run = jobs_per_commit(samples, drained.jobs)
-            if key in rows:
-                old = rows[key]
-                rows[key] = SyncRow(
-                    Row(row.system, row.config, old.row.runs + row.runs), (*old.per_commit, jobs_per_run)
-                )
-            else:
-                rows[key] = SyncRow(row, (jobs_per_run,))
+            drained = drain_grown(run, key, backlog, min_window=min_window, round_=round_)
+            rows[key] = Row(system, config, (*rows[key].runs, drained) if key in rows else (drained,))
             print(
-                f"    {f'round {round_}: ' if repeat > 1 else ''}{row.system:<18} {row.config:<32} "
+                f"    {f'round {round_}: ' if repeat > 1 else ''}{system:<18} {config:<32} "
                 f"{drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
-                f"{per_commit(jobs_per_run):>6} jobs/commit   "
+                f"{per_commit(drained.per_commit):>6} jobs/commit   "
                 f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
                 f"workers {us_per_job(drained.workers_us)}",
                 flush=True,
@@ -339,13 +250,13 @@ def _run(
                     peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
                     option=("batch", batch), workdir=workdir,
                 )  # fmt: skip
-                measure("pgqueuer", *peer_key("pgqueuer-asyncpg", ("batch", batch)), pgqueuer, round_)
+                measure(*peer_key("pgqueuer-asyncpg", ("batch", batch)), pgqueuer, round_)
             for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
                 tenure = functools.partial(
                     tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
                     workdir=workdir, asynchronous=asynchronous,
                 )  # fmt: skip
-                measure("tenure", *tenure_key(processes, concurrency, asynchronous), tenure, round_)
+                measure(*tenure_key(processes, concurrency, asynchronous), tenure, round_)
     merged = list(rows.values())
     medians = "; medians of the rounds" if repeat > 1 else ""
     print(
