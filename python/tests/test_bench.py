@@ -372,18 +372,22 @@ def test_peers_section_drains_with_every_system_then_latency(
     side_by_side, _, latency = result.stdout.partition("end-to-end latency")
     _, _, side_by_side = side_by_side.partition("side by side")
     # system, configuration, jobs/s, five ratios, CPU per job of the server and of the
-    # workers (microseconds, from /proc: the test's cluster runs on this host), the backlog
-    # drained, start-up, then the runs' spread ("1 run" here)
+    # workers (microseconds, from /proc: the test's cluster runs on this host), WAL bytes per
+    # job and jobs per commit (from the cluster's counters), the backlog drained, start-up,
+    # then the runs' spread ("1 run" here)
     table = re.findall(
-        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +(\d+) +(\d+) +(\d+) +-?\d+\.\d\d s +1 run$",
+        r"^ {4}(\S+) +(\S.*?) {2,} *(\d+)(?: +\d+\.\d\d){5} +(\d+) +(\d+) +(\d+) +(\d+\.\d) +(\d+)"
+        r" +-?\d+\.\d\d s +1 run$",
         side_by_side,
         re.MULTILINE,
     )
-    rows = [(system, config, rate, server, workers) for system, config, rate, server, workers, _ in table]
+    rows = [(system, config, rate, server, workers) for system, config, rate, server, workers, *_ in table]
+    # Every job writes WAL (its claim and its end) and commits at least once per batch.
+    assert all(int(wal) > 0 and float(per_commit) > 0 for *_, wal, per_commit, _ in table), output
     # Every run's steady window (90% to 10% left) lasted --peer-seconds at least: the fast
     # ones drained a backlog grown from --peer-jobs (the rate is printed rounded: within 0.5).
     window = float(PEER_SECONDS)
-    assert all(0.8 * int(jobs) / (int(rate) - 0.5) >= window for _, _, rate, _, _, jobs in table), output
+    assert all(0.8 * int(jobs) / (int(rate) - 0.5) >= window for _, _, rate, *_, jobs in table), output
     assert any(int(jobs) > 400 for *_, jobs in table), output
     assert "jobs left a steady window of" in result.stdout, output
     systems = [system for system, *_ in rows]

@@ -175,6 +175,11 @@ class Row:
         """The median of the runs' jobs per transaction."""
         return _median_known(run.per_commit for run in self.runs)
 
+    @property
+    def wal_bytes(self) -> float | None:
+        """The median of the runs' WAL bytes per job."""
+        return _median_known(run.wal_bytes for run in self.runs)
+
 
 def _median_known(values: Iterable[float | None]) -> float | None:
     known = tuple(value for value in values if value is not None)
@@ -188,6 +193,11 @@ def per_job(samples: Sequence[tuple[float, int]], counter: Sequence[float], jobs
     last = min(n for n, (_, left) in enumerate(samples) if left <= 0.1 * jobs)
     done = samples[first][1] - samples[last][1]
     return (counter[last] - counter[first]) / done
+
+
+def per_commit_text(value: float | None) -> str:
+    """Jobs per commit to one decimal, ``-`` when the window assigned no transaction id."""
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _inverse(value: float) -> float | None:
@@ -423,7 +433,8 @@ def tenure_rate(
     return rate
 
 
-def _us(value: float | None) -> str:
+def us_per_job(value: float | None) -> str:
+    """Microseconds (or bytes) per job, ``n/a`` when not measured."""
     return "n/a" if value is None else f"{value:.0f}"
 
 
@@ -471,14 +482,17 @@ def table(rows: Sequence[Row]) -> list[str]:
     header = (
         f"    {'system':<18} {'configuration':<32} {'jobs/s':>8}"
         + "".join(f" {label:>19}" for label, _ in references)
-        + f" {'server us/job':>13} {'workers us/job':>14} {'jobs':>9} {'start-up':>9}   runs"
+        + f" {'server us/job':>13} {'workers us/job':>14} {'WAL B/job':>9} {'jobs/commit':>11} {'jobs':>9}"
+        + f" {'start-up':>9}   runs"
     )
     lines = [header]
     for row in rows:
         ratios = "".join(f" {row.rate / ref.rate:19.2f}" for _, ref in references)
         lines.append(
-            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {_us(row.server_us):>13} "
-            f"{_us(row.workers_us):>14} {row.runs[-1].jobs:>9} {row.startup:7.2f} s   {row.rates.describe()}"
+            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {us_per_job(row.server_us):>13} "
+            f"{us_per_job(row.workers_us):>14} {us_per_job(row.wal_bytes):>9} "
+            f"{per_commit_text(row.per_commit):>11} {row.runs[-1].jobs:>9} {row.startup:7.2f} s   "
+            f"{row.rates.describe()}"
         )
     lines.append(
         "    references: "
@@ -641,9 +655,9 @@ def peers_bench(
         return (
             f"{key[0]:<18} {key[1]:<32} {run.rate:8.0f} /s   {run.jobs:>9,} jobs   "
             f"start-up {run.startup:.2f} s   "
-            f"CPU us/job: server {_us(run.server_us)}, workers {_us(run.workers_us)}   "
-            f"WAL/job: {_us(run.wal_bytes)} bytes, {run.wal_fpi or 0:.3f} full pages   "
-            f"jobs/commit {run.per_commit or 0:.1f}"
+            f"CPU us/job: server {us_per_job(run.server_us)}, workers {us_per_job(run.workers_us)}   "
+            f"WAL/job: {us_per_job(run.wal_bytes)} bytes, {run.wal_fpi or 0:.3f} full pages   "
+            f"jobs/commit {per_commit_text(run.per_commit)}"
         )
 
     try:

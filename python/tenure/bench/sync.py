@@ -48,9 +48,11 @@ from tenure.bench.peers import (
     drain_grown,
     peer_key,
     peer_rate,
+    per_commit_text,
     round_ratios,
     tenure_key,
     tenure_rate,
+    us_per_job,
 )
 from tenure.bench.tasks import JOBS_DDL
 from tenure.testing import procs
@@ -92,16 +94,6 @@ def sigterm_exits() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def us_per_job(value: float | None) -> str:
-    """CPU microseconds per job, ``n/a`` when not measured (the peers section's form)."""
-    return "n/a" if value is None else f"{value:.0f}"
-
-
-def per_commit(value: float | None) -> str:
-    """Jobs per commit to one decimal, ``-`` when the window assigned no transaction id."""
-    return "-" if value is None else f"{value:.1f}"
-
-
 def table(rows: Sequence[Row]) -> list[str]:
     reference = best(rows, "pgqueuer-asyncpg")
     header = (
@@ -113,7 +105,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         ratio = f"{row.rate / reference.rate:16.2f}" if reference else f"{'-':>16}"
         lines.append(
             f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} {ratio} "
-            f"{per_commit(row.per_commit):>11} {us_per_job(row.server_us):>13} "
+            f"{per_commit_text(row.per_commit):>11} {us_per_job(row.server_us):>13} "
             f"{us_per_job(row.workers_us):>14} "
             f"{row.startup:7.2f} s   {row.rates.describe()}"
         )
@@ -238,7 +230,7 @@ def _run(
             print(
                 f"    {f'round {round_}: ' if repeat > 1 else ''}{system:<18} {config:<32} "
                 f"{drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
-                f"{per_commit(drained.per_commit):>6} jobs/commit   "
+                f"{per_commit_text(drained.per_commit):>6} jobs/commit   "
                 f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
                 f"workers {us_per_job(drained.workers_us)}",
                 flush=True,
