@@ -168,7 +168,10 @@ def test_rows_repeat_in_interleaved_rounds_and_a_row_that_moved_says_so(
         "    round 3: steady 105   machine 1.00",
         "    round 3: moving 90   machine 1.20",
         "    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
-        "20.0-30.0, spread 45% MOVED",
+        "20.0-30.0, spread 45% MOVED; each row's runs at the median speed (rate x median / the run's speed):",
+        # the median speed 22: steady 100 x 22 / 20, 110 x 22 / 30, 105 x 22 / 20
+        "      steady: 81-116, spread 32% MOVED",
+        "      moving: 82-110, spread 29% MOVED",  # 100 x 22 / 20, 130 x 22 / 30, 90 x 22 / 24
     ]
     steady = rate_line("steady", runs["steady"], runs["steady"], width=8)
     moving = rate_line("moving", runs["moving"], runs["steady"], width=8)
@@ -249,6 +252,8 @@ def test_repeated_rows_print_their_rounds_medians_and_spreads(admin_conninfo: st
     assert re.search(
         r"^ {4}the machine's mean speed during each run .*: [\d.]+-[\d.]+, spread", result.stdout, re.M
     )
+    steadied = re.findall(r"^ {6}(.*): [\d,]+-[\d,]+, spread \d+%", result.stdout, re.M)
+    assert steadied == [label for n, label, _ in rounds if n == "1"], output
     assert [(n, label) for n, label, _ in rounds] == [
         (n, label)
         for n in ("1", "2")

@@ -347,6 +347,29 @@ def machine_speed_during(every: float = 0.2) -> Iterator[list[float]]:
         sampler.join()
 
 
+def machine_lines(runs: dict[Row, list[Result]], speeds: dict[Row, list[float]]) -> list[str]:
+    """The spread of the machine's speed over a section's runs, and each row's rates as they
+    would be at the median speed (rate x median / the run's speed): a row bound by the CPU
+    holds still this way where its rates moved with the machine; one bound by the disk (a
+    commit per job on a durable cluster) need not. Rows whose runs have no rate are left out."""
+    every = [speed for row_speeds in speeds.values() for speed in row_speeds]
+    median = Repeated(tuple(every)).median
+    lines = [
+        "    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
+        f"{Repeated(tuple(every)).describe('{:.1f}')}; each row's runs at the median speed "
+        "(rate x median / the run's speed):"
+    ]
+    for row, results in runs.items():
+        rates = [
+            rate for result in results if isinstance(rate := getattr(result, "rate", None), (int, float))
+        ]
+        if len(rates) == len(results):
+            steadied = tuple(rate * median / speed for rate, speed in zip(rates, speeds[row], strict=True))
+            label = " ".join(map(str, row)) if isinstance(row, tuple) else str(row)
+            lines.append(f"      {label}: {Repeated(steadied).describe()}")
+    return lines
+
+
 def interleaved(
     rows: Sequence[Row],
     measure: Callable[[Row, int], Result],
@@ -358,29 +381,26 @@ def interleaved(
     measuring each row once, in order (``measure(row, r)``), so that a slow spell of a shared
     machine falls on every row of a round rather than on all the runs of one row. With more
     than one round each run is printed as it comes (``show``), with the machine's mean speed
-    during it (:func:`machine_speed_during`) over the first run's, and the runs' speeds are
-    summed up at the end: rows that move with the machine's speed are the machine's doing.
+    during it (:func:`machine_speed_during`) over the first run's, and the section ends with
+    :func:`machine_lines`: rows that move with the machine's speed are the machine's doing.
     The section prints each row's median with :meth:`Repeated.describe`. Returns each row's
     runs, in round order."""
     runs: dict[Row, list[Result]] = {row: [] for row in rows}
-    speeds: list[float] = []
+    speeds: dict[Row, list[float]] = {row: [] for row in rows}
+    first: float | None = None
     for round_ in range(1, repeat + 1):
         for row in rows:
             with machine_speed_during() as during:
                 result = measure(row, round_)
-            speeds.append(statistics.fmean(during) if during else machine_speed())
+            speed = statistics.fmean(during) if during else machine_speed()
+            first = first or speed
+            speeds[row].append(speed)
             runs[row].append(result)
             if repeat > 1 and show is not None:
-                print(
-                    f"    round {round_}: {show(row, result)}   machine {speeds[-1] / speeds[0]:.2f}",
-                    flush=True,
-                )
+                print(f"    round {round_}: {show(row, result)}   machine {speed / first:.2f}", flush=True)
     if repeat > 1 and show is not None:
-        print(
-            f"    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
-            f"{Repeated(tuple(speeds)).describe('{:.1f}')}",
-            flush=True,
-        )
+        for line in machine_lines(runs, speeds):
+            print(line, flush=True)
     return runs
 
 
