@@ -60,7 +60,7 @@ from tenure.testing.patroni import BINARIES, PatroniCluster
 
 SYNC_NODES = 2
 SYNC_BATCHES: tuple[int, ...] = (100, 500)  # pgqueuer-asyncpg's batch sizes (its best ones on one node)
-SYNC_TENURE: list[tuple[int, int]] = [(2, 256), (2, 64)]  # (worker processes, --concurrency)
+SYNC_TENURE: list[tuple[int, int]] = [(2, 1024), (2, 256), (2, 64)]  # (worker processes, --concurrency)
 DB = "tenure_bench"
 COMMIT_PROBES = 50  # single-row commits timed for the cluster's commit latency
 
