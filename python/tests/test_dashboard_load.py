@@ -192,10 +192,13 @@ def test_a_large_fleet_under_many_concurrent_requests_gets_bounded_answers(
 
 
 def test_a_full_pool_and_a_slow_page_are_answered_503_with_retry_after(
-    app_conninfo: str, monkeypatch: pytest.MonkeyPatch
+    admin_conninfo: str, app_conninfo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The two ways a page is refused rather than left waiting, each forced: no connection
-    within the pool's wait, and statements over the page's time (PAGE_SECONDS)."""
+    within the pool's wait, and statements over the page's time (PAGE_SECONDS; the tasks
+    table locked meanwhile, so a statement of the page waits past it however fast the
+    machine: with the page's 1 ms alone, every statement of a small fleet's page could end
+    in time)."""
     with (
         DashboardServer(app_conninfo, settings=Settings(refresh=5)) as server,
         httpx.Client(base_url=server.url, timeout=60) as client,
@@ -215,8 +218,12 @@ def test_a_full_pool_and_a_slow_page_are_answered_503_with_retry_after(
             answer = client.get("/claims", params={"format": "json"})
             assert answer.status_code == 503 and answer.headers["retry-after"] == "5"
             assert answer.json()["error"].startswith("busy: ")
-        with monkeypatch.context() as patch:
+        with (
+            monkeypatch.context() as patch,
+            psycopg.connect(admin_conninfo) as locker,
+        ):
             patch.setattr(data, "PAGE_SECONDS", 0.0)
+            locker.execute("LOCK TABLE tenure.task IN ACCESS EXCLUSIVE MODE")  # until the block ends
             slow = client.get("/tasks", params={"format": "json"})
             assert slow.status_code == 503 and slow.headers["retry-after"] == "5"
             assert "the page took longer than 0 s" in slow.json()["error"]
