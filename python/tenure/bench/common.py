@@ -4,6 +4,7 @@ steady-state rows (:func:`interleaved` rounds of :class:`Rate` runs, summed up b
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -13,7 +14,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -325,7 +325,7 @@ def machine_speed(loops: int = 20_000) -> float:
     return loops / (time.thread_time() - began) / 1e6
 
 
-@contextmanager
+@contextlib.contextmanager
 def machine_speed_during(every: float = 0.2) -> Iterator[list[float]]:
     """The machine's speed (:func:`machine_speed`) every ``every`` seconds while the body runs
     (under 1% of a core), in the list it yields. A shared machine's speed moves with its
@@ -352,11 +352,11 @@ def machine_lines(runs: dict[Row, list[Result]], speeds: dict[Row, list[float]])
     would be at the median speed (rate x median / the run's speed): a row bound by the CPU
     holds still this way where its rates moved with the machine; one bound by the disk (a
     commit per job on a durable cluster) need not. Rows whose runs have no rate are left out."""
-    every = [speed for row_speeds in speeds.values() for speed in row_speeds]
-    median = Repeated(tuple(every)).median
+    every = Repeated(tuple(speed for row_speeds in speeds.values() for speed in row_speeds))
+    median = every.median
     lines = [
         "    the machine's mean speed during each run (a fixed loop of pure Python, loops/us): "
-        f"{Repeated(tuple(every)).describe('{:.1f}')}; each row's runs at the median speed "
+        f"{every.describe('{:.1f}')}; each row's runs at the median speed "
         "(rate x median / the run's speed):"
     ]
     for row, results in runs.items():
@@ -386,19 +386,23 @@ def interleaved(
     The section prints each row's median with :meth:`Repeated.describe`. Returns each row's
     runs, in round order."""
     runs: dict[Row, list[Result]] = {row: [] for row in rows}
+    printed = show if repeat > 1 else None  # the machine's speed is read only where runs are printed
     speeds: dict[Row, list[float]] = {row: [] for row in rows}
     first: float | None = None
     for round_ in range(1, repeat + 1):
         for row in rows:
-            with machine_speed_during() as during:
+            watch: contextlib.AbstractContextManager[list[float]] = (
+                machine_speed_during() if printed is not None else contextlib.nullcontext([])
+            )
+            with watch as during:
                 result = measure(row, round_)
-            speed = statistics.fmean(during) if during else machine_speed()
-            first = first or speed
-            speeds[row].append(speed)
             runs[row].append(result)
-            if repeat > 1 and show is not None:
-                print(f"    round {round_}: {show(row, result)}   machine {speed / first:.2f}", flush=True)
-    if repeat > 1 and show is not None:
+            if printed is not None:
+                speed = statistics.fmean(during) if during else machine_speed()
+                first = first or speed
+                speeds[row].append(speed)
+                print(f"    round {round_}: {printed(row, result)}   machine {speed / first:.2f}", flush=True)
+    if printed is not None:
         for line in machine_lines(runs, speeds):
             print(line, flush=True)
     return runs

@@ -433,8 +433,8 @@ def tenure_rate(
     return rate
 
 
-def us_per_job(value: float | None) -> str:
-    """Microseconds (or bytes) per job, ``n/a`` when not measured."""
+def per_job_text(value: float | None) -> str:
+    """A figure per job (CPU microseconds, WAL bytes) to the unit, ``n/a`` when not measured."""
     return "n/a" if value is None else f"{value:.0f}"
 
 
@@ -489,10 +489,10 @@ def table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         ratios = "".join(f" {row.rate / ref.rate:19.2f}" for _, ref in references)
         lines.append(
-            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} {us_per_job(row.server_us):>13} "
-            f"{us_per_job(row.workers_us):>14} {us_per_job(row.wal_bytes):>9} "
-            f"{per_commit_text(row.per_commit):>11} {row.runs[-1].jobs:>9} {row.startup:7.2f} s   "
-            f"{row.rates.describe()}"
+            f"    {row.system:<18} {row.config:<32} {row.rate:8.0f}{ratios} "
+            f"{per_job_text(row.server_us):>13} {per_job_text(row.workers_us):>14} "
+            f"{per_job_text(row.wal_bytes):>9} {per_commit_text(row.per_commit):>11} {row.runs[-1].jobs:>9} "
+            f"{row.startup:7.2f} s   {row.rates.describe()}"
         )
     lines.append(
         "    references: "
@@ -655,8 +655,8 @@ def peers_bench(
         return (
             f"{key[0]:<18} {key[1]:<32} {run.rate:8.0f} /s   {run.jobs:>9,} jobs   "
             f"start-up {run.startup:.2f} s   "
-            f"CPU us/job: server {us_per_job(run.server_us)}, workers {us_per_job(run.workers_us)}   "
-            f"WAL/job: {us_per_job(run.wal_bytes)} bytes, {run.wal_fpi or 0:.3f} full pages   "
+            f"CPU us/job: server {per_job_text(run.server_us)}, workers {per_job_text(run.workers_us)}   "
+            f"WAL/job: {per_job_text(run.wal_bytes)} bytes, {run.wal_fpi or 0:.3f} full pages   "
             f"jobs/commit {per_commit_text(run.per_commit)}"
         )
 

@@ -49,10 +49,10 @@ from tenure.bench.peers import (
     peer_key,
     peer_rate,
     per_commit_text,
+    per_job_text,
     round_ratios,
     tenure_key,
     tenure_rate,
-    us_per_job,
 )
 from tenure.bench.tasks import JOBS_DDL
 from tenure.testing import procs
@@ -105,8 +105,8 @@ def table(rows: Sequence[Row]) -> list[str]:
         ratio = f"{row.rate / reference.rate:16.2f}" if reference else f"{'-':>16}"
         lines.append(
             f"    {row.system:<18} {row.config:<32} {row.rate:8.0f} {ratio} "
-            f"{per_commit_text(row.per_commit):>11} {us_per_job(row.server_us):>13} "
-            f"{us_per_job(row.workers_us):>14} "
+            f"{per_commit_text(row.per_commit):>11} {per_job_text(row.server_us):>13} "
+            f"{per_job_text(row.workers_us):>14} "
             f"{row.startup:7.2f} s   {row.rates.describe()}"
         )
     if reference is not None:
@@ -231,8 +231,8 @@ def _run(
                 f"    {f'round {round_}: ' if repeat > 1 else ''}{system:<18} {config:<32} "
                 f"{drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
                 f"{per_commit_text(drained.per_commit):>6} jobs/commit   "
-                f"start-up {drained.startup:.2f} s   CPU us/job: server {us_per_job(drained.server_us)}, "
-                f"workers {us_per_job(drained.workers_us)}",
+                f"start-up {drained.startup:.2f} s   CPU us/job: server {per_job_text(drained.server_us)}, "
+                f"workers {per_job_text(drained.workers_us)}",
                 flush=True,
             )
 
