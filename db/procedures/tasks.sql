@@ -582,19 +582,25 @@ BEGIN
     -- The highest priority first, by one range scan of the index that stops at the
     -- first task not due yet (the priority found by one probe): with as many due there
     -- as wanted (one priority and a backlog, the common case) that is the only
-    -- statement. Then, when fewer were due there, priority by priority (each found by
+    -- statement. The scan starts at the probe's task, not at the front of its priority:
+    -- the front holds the entries of the tasks leased since the last VACUUM, dead but
+    -- still read, and the probe has already walked past them (a backlog of a million
+    -- took two such walks a call, each longer as the drain went on). Then, when fewer were due there, priority by priority (each found by
     -- one probe), highest first, the same way. One scan ordered by (priority DESC,
     -- next_action) would instead read every pending task (leased, or due later)
     -- whenever fewer than p_limit are due: the index cannot skip to the next
     -- priority by itself.
     ELSIF p_kinds IS NULL THEN
         v_ids := ARRAY(
+            WITH first AS (
+                SELECT p.priority, p.next_action FROM tenure.task p
+                 WHERE p.status = 'pending' AND p.leased_at IS NULL
+                 ORDER BY p.priority DESC, p.next_action LIMIT 1)
             SELECT t.id FROM tenure.task t
-             WHERE t.status = 'pending' AND t.next_action <= v_now AND t.leased_at IS NULL
-               AND t.priority = (SELECT p.priority FROM tenure.task p
-                                  WHERE p.status = 'pending' AND p.leased_at IS NULL
-                                  ORDER BY p.priority DESC LIMIT 1)
-             ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+             WHERE t.status = 'pending' AND t.leased_at IS NULL
+               AND t.priority = (SELECT f.priority FROM first f)
+               AND t.next_action >= (SELECT f.next_action FROM first f) AND t.next_action <= v_now
+             ORDER BY t.next_action LIMIT p_limit FOR UPDATE OF t SKIP LOCKED);
         IF cardinality(v_ids) < p_limit THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
@@ -615,13 +621,15 @@ BEGIN
         END IF;
     ELSIF cardinality(p_kinds) = 1 THEN
         v_ids := ARRAY(
+            WITH first AS (
+                SELECT p.priority, p.next_action FROM tenure.task p
+                 WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
+                 ORDER BY p.priority DESC, p.next_action LIMIT 1)
             SELECT t.id FROM tenure.task t
-             WHERE t.status = 'pending' AND t.kind = p_kinds[1]
-               AND t.priority = (SELECT p.priority FROM tenure.task p
-                                  WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
-                                  ORDER BY p.priority DESC LIMIT 1)
-               AND t.next_action <= v_now AND t.leased_at IS NULL
-             ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+             WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.leased_at IS NULL
+               AND t.priority = (SELECT f.priority FROM first f)
+               AND t.next_action >= (SELECT f.next_action FROM first f) AND t.next_action <= v_now
+             ORDER BY t.next_action LIMIT p_limit FOR UPDATE OF t SKIP LOCKED);
         IF cardinality(v_ids) < p_limit THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
