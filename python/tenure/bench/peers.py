@@ -609,7 +609,7 @@ def peers_bench(
     tenure_configs: Sequence[tuple[int, int]] = TENURE_CONFIGS,
     repeat: int = 1,
     systems: Sequence[str] = PEER_SYSTEMS,
-    min_window: float = 5.0,
+    min_window: float = 15.0,
 ) -> list[Row]:
     """Every system of ``systems`` (and tenure in each of ``tenure_configs``) drains ``jobs``
     no-op jobs, ``repeat`` times in interleaved rounds. In the first round a row whose steady
