@@ -585,8 +585,9 @@ BEGIN
     -- statement. The scan starts at the probe's task, not at the front of its priority:
     -- the front holds the entries of the tasks leased since the last VACUUM, dead but
     -- still read, and the probe has already walked past them (a backlog of a million
-    -- took two such walks a call, each longer as the drain went on). Then, when fewer were due there, priority by priority (each found by
-    -- one probe), highest first, the same way. One scan ordered by (priority DESC,
+    -- took two such walks a call, each longer as the drain went on). Then, when fewer
+    -- were due there, priority by priority (each found by one probe), highest first,
+    -- the same way. One scan ordered by (priority DESC,
     -- next_action) would instead read every pending task (leased, or due later)
     -- whenever fewer than p_limit are due: the index cannot skip to the next
     -- priority by itself.

@@ -74,7 +74,7 @@ from tenure.bench.heartbeat import heartbeat_throughput, takeover
 from tenure.bench.latency import FALLBACK_TENURE, latency_bench
 from tenure.bench.latency import SYSTEMS as LATENCY_SYSTEMS
 from tenure.bench.memory import memory
-from tenure.bench.peers import PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
+from tenure.bench.peers import PEER_SECONDS, PEER_SYSTEMS, TENURE_CONFIGS, default_peers_python, peers_bench
 from tenure.bench.replicas import replica_failover
 from tenure.bench.soak import soak
 from tenure.bench.supervise import supervise
@@ -128,7 +128,7 @@ def run_bench(
     queue_seconds: float = 5.0,
     queue_flood: int = FLOOD_BATCHES,
     peer_jobs: int = 20_000,
-    peer_seconds: float = 15.0,
+    peer_seconds: float = PEER_SECONDS,
     peer_tenure: list[tuple[int, int]] | None = None,
     peers_python: str = "",
     peer_systems: list[str] | None = None,
@@ -455,9 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--peer-seconds",
         type=float,
-        default=15.0,
+        default=PEER_SECONDS,
         help="the shortest steady window (90%% to 10%% left) of a peers or sync run: in the first round a "
-        "shorter one runs again with a larger backlog, kept in later rounds (15; 0: never)",
+        "shorter one runs again with a larger backlog, kept in later rounds (%(default)g; 0: never)",
     )
     parser.add_argument(
         "--peer-tenure",

@@ -101,6 +101,9 @@ DRAINED = {
 SAMPLE_EVERY = 0.1
 SAMPLE_SHARE = 20
 MAX_PEER_JOBS = 1_000_000  # the largest backlog a run grows to (min_window)
+# The shortest steady window of a run (--peer-seconds): this machine's core runs by half faster
+# or slower for a few seconds at a time, and a 5 s window caught one or two such spells.
+PEER_SECONDS = 15.0
 STALL = 60.0  # seconds without progress before a drain is declared stuck
 
 RUNNER = Path(__file__).with_name("peer_runner.py")
@@ -609,7 +612,7 @@ def peers_bench(
     tenure_configs: Sequence[tuple[int, int]] = TENURE_CONFIGS,
     repeat: int = 1,
     systems: Sequence[str] = PEER_SYSTEMS,
-    min_window: float = 15.0,
+    min_window: float = PEER_SECONDS,
 ) -> list[Row]:
     """Every system of ``systems`` (and tenure in each of ``tenure_configs``) drains ``jobs``
     no-op jobs, ``repeat`` times in interleaved rounds. In the first round a row whose steady
