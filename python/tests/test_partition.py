@@ -301,7 +301,7 @@ def check_everything(
         line
         for area, child, _ in by_name.values()
         if area in ("elector", "claimer", "worker")
-        for line in child.output().splitlines()
+        for line in child.lines()
     )
     fleet.enqueued_tasks(log.enqueued)
     problems = failover.check_records(

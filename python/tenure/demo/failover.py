@@ -219,7 +219,7 @@ def _run(cluster: PatroniCluster, workdir: Path, out: IO[str]) -> bool:
     fleet += [FleetProcess(conninfo, "replica", name, workdir) for name in REPLICAS]
 
     def client_log() -> ClientLog:
-        log = ClientLog.read(line for process in fleet for line in process.output().splitlines())
+        log = ClientLog.read(line for process in fleet for line in process.lines())
         log.enqueued_tasks(producer_log.enqueued)
         log.enqueued_batch_ids(producer_log.enqueued_batches)
         return log

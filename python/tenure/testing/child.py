@@ -28,6 +28,12 @@ class ChildProcess:
     def output(self) -> str:
         return self.log_path.read_text()
 
+    def lines(self) -> list[str]:
+        """Its output's complete lines so far: a line the process is still writing (no newline
+        yet) is left out, to be read whole next time."""
+        complete, _, _ = self.output().rpartition("\n")
+        return complete.splitlines()
+
     def wait_for_output(self, pattern: str, wait: float = 20.0) -> re.Match[str]:
         end = time.monotonic() + wait
         while time.monotonic() < end:
@@ -40,7 +46,7 @@ class ChildProcess:
     def events(self) -> list[dict[str, Any]]:
         """Its event lines (``emit``). Other output shares the log, and may follow an event on its line."""
         decoder = json.JSONDecoder()
-        lines = self.output().splitlines()
+        lines = self.lines()
         return [decoder.raw_decode(line[line.index('{"event"') :])[0] for line in lines if '{"event"' in line]
 
     def announced_instance_id(self, wait: float = 20.0) -> UUID:
