@@ -6,15 +6,24 @@ import json
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+_emitting = threading.Lock()
+
 
 def emit(event: str, **fields: object) -> None:
-    line = {"event": event, "mono": round(time.monotonic(), 4), **fields}
-    print(json.dumps(line, default=str), flush=True)
+    """One event as one line of stdout. Threads of one process emit too (a runtime's callbacks
+    and its main thread): ``print`` writes a line's text and its newline apart, so two events
+    could share a line, of which a reader decodes only the first."""
+    line = json.dumps({"event": event, "mono": round(time.monotonic(), 4), **fields}, default=str) + "\n"
+    with _emitting:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class ChildProcess:
