@@ -6,7 +6,7 @@
 -- H = 2000-02-01 (all 00:00:00 UTC): each section's tasks are not due in an earlier
 -- section's window, and tasks enqueued by the server clock are due in none of them.
 BEGIN;
-SELECT plan(241);
+SELECT plan(242);
 
 -- Runs _task_acquire and undoes it: which tasks would be leased, with no side effect.
 CREATE FUNCTION pg_temp.acquire_dry_run(p_owner uuid, p_lease interval, p_kinds text[], p_now timestamptz)
@@ -24,6 +24,13 @@ BEGIN
     END;
 END
 $$;
+
+-- The table ----------------------------------------------------------------------
+-- Vacuumed with its indexes, after 1% of its rows changed (task_vacuum): the dead entries
+-- of leased tasks at the front of the due indexes are read by every lookup until then.
+SELECT is((SELECT c.reloptions FROM pg_class c WHERE c.oid = 'tenure.task'::regclass),
+    ARRAY['vacuum_index_cleanup=on', 'autovacuum_vacuum_scale_factor=0.01'],
+    'tenure.task: VACUUM cleans its indexes, autovacuum runs after 1% of its rows changed');
 
 -- Signatures -------------------------------------------------------------------
 SELECT has_function('tenure', 'task_enqueue', ARRAY['text', 'jsonb', 'text', 'interval', 'uuid', 'text', 'integer', 'integer', 'text', 'uuid[]']);
