@@ -86,13 +86,14 @@ def test_driver_round_trip_and_errors(admin: psycopg.Connection[Any]) -> None:
 def due_lookup_pages(admin: psycopg.Connection[Any], kind: str) -> int:
     """Index and table pages the first step of an acquisition of ``kind`` reads: its probe of
     the due index for the first task not leased."""
-    (plan,) = admin.execute(
+    row = admin.execute(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT priority, next_action FROM tenure.task "
         "WHERE status = 'pending' AND leased_at IS NULL AND kind = %s "
         "ORDER BY priority DESC, next_action LIMIT 1",
         (kind,),
     ).fetchone()
-    root = plan[0]["Plan"]
+    assert row is not None
+    root = row[0][0]["Plan"]
     return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"])
 
 
