@@ -8,7 +8,8 @@ There every writing commit waits for its WAL to be flushed on the primary, sent 
 standby and flushed there too: a commit costs a network round trip and two disk flushes,
 so what scales is how many jobs each commit carries. The rows are the peers section's
 (:mod:`tenure.bench.peers`), measured the same way (jobs/s between 10% and 90% drained,
-start-up apart, ``--repeat`` interleaved rounds with medians and spreads; in the first
+start-up apart, ``--repeat`` interleaved rounds with medians, spreads and the machine's
+speed during each run (:func:`tenure.bench.common.interleaved`); in the first
 round a run whose steady window is shorter than ``min_window``, ``--peer-seconds``, runs
 again with a larger backlog, which its row keeps), for
 pgqueuer-asyncpg at the batch sizes of :data:`SYNC_BATCHES` and tenure's TaskWorker and
@@ -40,7 +41,7 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import durability, percentile
+from tenure.bench.common import durability, interleaved, percentile
 from tenure.bench.peers import (
     Drained,
     Row,
@@ -203,7 +204,6 @@ def _run(
     if not cluster.psql(leader, "SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)):
         cluster.deploy_tenure(dbname)
     conninfo = cluster.node_conninfo(leader, dbname)
-    rows: dict[tuple[str, str], Row] = {}
     with psycopg.connect(conninfo, autocommit=True) as admin:
         streams = cluster.replication(leader)
         if standby is None or streams.get(standby) != ("streaming", "sync"):
@@ -220,36 +220,32 @@ def _run(
             flush=True,
         )
 
-        backlog: dict[tuple[str, str], int] = {}
+        runners: dict[tuple[str, str], Callable[[int], Drained]] = {}
+        for batch in batches:
+            runners[peer_key("pgqueuer-asyncpg", ("batch", batch))] = functools.partial(
+                peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
+                option=("batch", batch), workdir=workdir,
+            )  # fmt: skip
+        for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
+            runners[tenure_key(processes, concurrency, asynchronous)] = functools.partial(
+                tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
+                workdir=workdir, asynchronous=asynchronous,
+            )  # fmt: skip
+        backlog = dict.fromkeys(runners, jobs)
 
-        def measure(system: str, config: str, run: Callable[[int], Drained], round_: int) -> None:
-            key = (system, config)
-            backlog.setdefault(key, jobs)
-            drained = drain_grown(run, key, backlog, min_window=min_window, round_=round_)
-            rows[key] = Row(system, config, (*rows[key].runs, drained) if key in rows else (drained,))
-            print(
-                f"    {f'round {round_}: ' if repeat > 1 else ''}{system:<18} {config:<32} "
-                f"{drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
+        def measure(key: tuple[str, str], round_: int) -> Drained:
+            return drain_grown(runners[key], key, backlog, min_window=min_window, round_=round_)
+
+        def show(key: tuple[str, str], drained: Drained) -> str:
+            return (
+                f"{key[0]:<18} {key[1]:<32} {drained.rate:8.0f} /s   {drained.jobs:>9,} jobs   "
                 f"{per_commit_text(drained.per_commit):>6} jobs/commit   "
                 f"start-up {drained.startup:.2f} s   CPU us/job: server {per_job_text(drained.server_us)}, "
-                f"workers {per_job_text(drained.workers_us)}",
-                flush=True,
+                f"workers {per_job_text(drained.workers_us)}"
             )
 
-        for round_ in range(1, repeat + 1):
-            for batch in batches:
-                pgqueuer = functools.partial(
-                    peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
-                    option=("batch", batch), workdir=workdir,
-                )  # fmt: skip
-                measure(*peer_key("pgqueuer-asyncpg", ("batch", batch)), pgqueuer, round_)
-            for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
-                tenure = functools.partial(
-                    tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
-                    workdir=workdir, asynchronous=asynchronous,
-                )  # fmt: skip
-                measure(*tenure_key(processes, concurrency, asynchronous), tenure, round_)
-    merged = list(rows.values())
+        runs = interleaved(list(runners), measure, repeat=repeat, show=show)
+    merged = [Row(*key, tuple(drained)) for key, drained in runs.items()]
     medians = "; medians of the rounds" if repeat > 1 else ""
     print(
         "  on the synchronous standby (ratios to pgqueuer's best on the same cluster; jobs/commit: jobs "
