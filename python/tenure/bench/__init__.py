@@ -366,8 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backlogs",
         type=_counts,
-        default=[100_000, 1_000_000],
-        help="task backlogs to complete from (100000,1000000)",
+        default=[300_000, 1_000_000],
+        help="task backlogs to complete from (300000,1000000)",
     )
     parser.add_argument(
         "--task-workers",
