@@ -441,27 +441,35 @@ def per_job_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
-def drain_grown(
-    run: Callable[[int], Drained],
-    key: tuple[str, str],
-    backlog: dict[tuple[str, str], int],
+def drain_rows(
+    runners: dict[tuple[str, str], Callable[[int], Drained]],
     *,
+    jobs: int,
     min_window: float,
-    round_: int,
-) -> Drained:
-    """``run`` (a drain of that many jobs) on ``key``'s backlog; in the first round, while its
-    steady window is shorter than ``min_window`` seconds, again with a backlog grown to fit
-    (at most :data:`MAX_PEER_JOBS`), which ``backlog`` keeps for the later rounds."""
-    while True:
-        drained = run(backlog[key])
-        if not (drained.window < min_window and backlog[key] < MAX_PEER_JOBS and round_ == 1):
-            return drained
-        backlog[key] = grown_size(backlog[key], drained.window, min_window, MAX_PEER_JOBS, step=1000)
-        print(
-            f"    ({key[0]} {key[1]}: {drained.jobs:,} jobs left a steady window of {drained.window:.1f} s; "
-            f"again with {backlog[key]:,})",
-            flush=True,
-        )
+    repeat: int,
+    show: Callable[[tuple[str, str], Drained], str],
+) -> list[Row]:
+    """Each runner (a drain of that many jobs) as a row of ``repeat`` runs, in interleaved
+    rounds (:func:`interleaved`, which prints each run with ``show``), from a backlog of
+    ``jobs``. In the first round a run whose steady window is shorter than ``min_window``
+    seconds runs again with a backlog grown to fit (at most :data:`MAX_PEER_JOBS`), which its
+    row keeps for the later rounds."""
+    backlog = dict.fromkeys(runners, jobs)
+
+    def measure(key: tuple[str, str], round_: int) -> Drained:
+        while True:
+            drained = runners[key](backlog[key])
+            if not (drained.window < min_window and backlog[key] < MAX_PEER_JOBS and round_ == 1):
+                return drained
+            backlog[key] = grown_size(backlog[key], drained.window, min_window, MAX_PEER_JOBS, step=1000)
+            print(
+                f"    ({key[0]} {key[1]}: {drained.jobs:,} jobs left a steady window of "
+                f"{drained.window:.1f} s; again with {backlog[key]:,})",
+                flush=True,
+            )
+
+    runs = interleaved(list(runners), measure, repeat=repeat, show=show)
+    return [Row(*key, tuple(drained)) for key, drained in runs.items()]
 
 
 def best(rows: Sequence[Row], *systems: str) -> Row | None:
@@ -649,10 +657,6 @@ def peers_bench(
             workdir=workdir,
             asynchronous=asynchronous,
         )
-    backlog = dict.fromkeys(runners, jobs)
-
-    def measure(key: tuple[str, str], round_: int) -> Drained:
-        return drain_grown(runners[key], key, backlog, min_window=min_window, round_=round_)
 
     def show(key: tuple[str, str], run: Drained) -> str:
         return (
@@ -664,12 +668,11 @@ def peers_bench(
         )
 
     try:
-        runs = interleaved(list(runners), measure, repeat=repeat, show=show)
+        merged = drain_rows(runners, jobs=jobs, min_window=min_window, repeat=repeat, show=show)
     finally:
         for schema in PEER_SCHEMAS.values():
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         clean(admin)
-    merged = [Row(*key, tuple(drained)) for key, drained in runs.items()]
     print(
         "  side by side (each ratio is the row's jobs/s over the reference's, same run"
         f"{'; medians of the rounds' if repeat > 1 else ''}):"

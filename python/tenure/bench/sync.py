@@ -41,12 +41,12 @@ from typing import Any
 
 import psycopg
 
-from tenure.bench.common import durability, interleaved, percentile
+from tenure.bench.common import durability, percentile
 from tenure.bench.peers import (
     Drained,
     Row,
     best,
-    drain_grown,
+    drain_rows,
     peer_key,
     peer_rate,
     per_commit_text,
@@ -231,10 +231,6 @@ def _run(
                 tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
                 workdir=workdir, asynchronous=asynchronous,
             )  # fmt: skip
-        backlog = dict.fromkeys(runners, jobs)
-
-        def measure(key: tuple[str, str], round_: int) -> Drained:
-            return drain_grown(runners[key], key, backlog, min_window=min_window, round_=round_)
 
         def show(key: tuple[str, str], drained: Drained) -> str:
             return (
@@ -244,8 +240,7 @@ def _run(
                 f"workers {per_job_text(drained.workers_us)}"
             )
 
-        runs = interleaved(list(runners), measure, repeat=repeat, show=show)
-    merged = [Row(*key, tuple(drained)) for key, drained in runs.items()]
+        merged = drain_rows(runners, jobs=jobs, min_window=min_window, repeat=repeat, show=show)
     medians = "; medians of the rounds" if repeat > 1 else ""
     print(
         "  on the synchronous standby (ratios to pgqueuer's best on the same cluster; jobs/commit: jobs "
