@@ -436,6 +436,25 @@ def tenure_rate(
     return rate
 
 
+def tenure_runners(
+    admin: psycopg.Connection[Any], conninfo: str, configs: Sequence[tuple[int, int]], *, workdir: Path
+) -> dict[tuple[str, str], Callable[[int], Drained]]:
+    """A drain (:func:`tenure_rate`) for each configuration of ``configs``, (worker processes,
+    concurrency), by the threaded workers and by the async ones, keyed by :func:`tenure_key`."""
+    return {
+        tenure_key(processes, concurrency, asynchronous): functools.partial(
+            tenure_rate,
+            admin,
+            conninfo,
+            processes=processes,
+            concurrency=concurrency,
+            workdir=workdir,
+            asynchronous=asynchronous,
+        )
+        for (processes, concurrency), asynchronous in itertools.product(configs, (False, True))
+    }
+
+
 def per_job_text(value: float | None) -> str:
     """A figure per job (CPU microseconds, WAL bytes) to the unit, ``n/a`` when not measured."""
     return "n/a" if value is None else f"{value:.0f}"
@@ -647,16 +666,7 @@ def peers_bench(
             runners[peer_key(peer, option)] = functools.partial(
                 peer_rate, admin, conninfo, python=python, peer=peer, option=option, workdir=workdir
             )
-    for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
-        runners[tenure_key(processes, concurrency, asynchronous)] = functools.partial(
-            tenure_rate,
-            admin,
-            conninfo,
-            processes=processes,
-            concurrency=concurrency,
-            workdir=workdir,
-            asynchronous=asynchronous,
-        )
+    runners |= tenure_runners(admin, conninfo, tenure_configs, workdir=workdir)
 
     def show(key: tuple[str, str], run: Drained) -> str:
         return (

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import shutil
 import signal
 import sys
@@ -52,8 +51,7 @@ from tenure.bench.peers import (
     per_commit_text,
     per_job_text,
     round_ratios,
-    tenure_key,
-    tenure_rate,
+    tenure_runners,
 )
 from tenure.bench.tasks import JOBS_DDL
 from tenure.testing import procs
@@ -226,11 +224,7 @@ def _run(
                 peer_rate, admin, conninfo, python=python, peer="pgqueuer-asyncpg",
                 option=("batch", batch), workdir=workdir,
             )  # fmt: skip
-        for (processes, concurrency), asynchronous in itertools.product(tenure_configs, (False, True)):
-            runners[tenure_key(processes, concurrency, asynchronous)] = functools.partial(
-                tenure_rate, admin, conninfo, processes=processes, concurrency=concurrency,
-                workdir=workdir, asynchronous=asynchronous,
-            )  # fmt: skip
+        runners |= tenure_runners(admin, conninfo, tenure_configs, workdir=workdir)
 
         def show(key: tuple[str, str], drained: Drained) -> str:
             return (
