@@ -523,6 +523,28 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_lease(p_owner, p_lease, p_limit, p_kinds, p_now, false); END $$;
 
+-- Where this session last found the front of the due tasks of p_kinds (NULL: any kind),
+-- when that was less than a second before p_now (_task_lease keeps it in the setting
+-- tenure.task_front); else NULLs. A value it cannot read (set by hand) is none.
+CREATE OR REPLACE FUNCTION tenure._task_front(
+    p_kinds text[], p_now timestamptz, OUT priority integer, OUT next_action timestamptz
+) LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_kept jsonb;
+BEGIN
+    v_kept := nullif(current_setting('tenure.task_front', true), '')::jsonb;
+    IF v_kept ->> 'kinds' IS NOT DISTINCT FROM p_kinds::text
+       AND p_now - (v_kept ->> 'found_at')::timestamptz BETWEEN interval '0' AND interval '1 second' THEN
+        priority := (v_kept ->> 'priority')::integer;
+        next_action := (v_kept ->> 'next_action')::timestamptz;
+    END IF;
+EXCEPTION WHEN data_exception THEN
+    RETURN;
+END
+$$;
+
 -- _task_take; with p_skip_busy, a limited kind whose row another acquisition holds is
 -- passed over rather than waited for (task_cycle's second look, made while it holds
 -- _task_wait's lock: waiting there for a kind's row could deadlock with an acquisition
@@ -541,6 +563,10 @@ DECLARE
     v_leases tenure.task_lease[];
     v_died uuid[];
     v_leased_at timestamptz;
+    v_kept_priority integer;
+    v_kept_next timestamptz;
+    v_priority integer;
+    v_next timestamptz;
 BEGIN
     -- The kinds with settings this call could lease: none in the common case.
     SELECT array_agg(k.kind ORDER BY k.kind) INTO v_controlled
@@ -580,29 +606,59 @@ BEGIN
           FROM tenure._task_pick(p_kinds, v_controlled, p_limit, v_now, p_skip_busy)
                WITH ORDINALITY AS c (id, kind, until, ord);
     -- The highest priority first, by one range scan of the index that stops at the
-    -- first task not due yet (the priority found by one probe): with as many due there
-    -- as wanted (one priority and a backlog, the common case) that is the only
-    -- statement. The scan starts at the probe's task, not at the front of its priority:
-    -- the front holds the entries of the tasks leased since the last VACUUM, dead but
-    -- still read, and the probe has already walked past them (a backlog of a million
-    -- took two such walks a call, each longer as the drain went on). Then, when fewer
-    -- were due there, priority by priority (each found by one probe), highest first,
-    -- the same way. One scan ordered by (priority DESC,
-    -- next_action) would instead read every pending task (leased, or due later)
-    -- whenever fewer than p_limit are due: the index cannot skip to the next
-    -- priority by itself.
-    ELSIF p_kinds IS NULL THEN
-        v_ids := ARRAY(
-            WITH first AS (
-                SELECT p.priority, p.next_action FROM tenure.task p
-                 WHERE p.status = 'pending' AND p.leased_at IS NULL
-                 ORDER BY p.priority DESC, p.next_action LIMIT 1)
-            SELECT t.id FROM tenure.task t
-             WHERE t.status = 'pending' AND t.leased_at IS NULL
-               AND t.priority = (SELECT f.priority FROM first f)
-               AND t.next_action >= (SELECT f.next_action FROM first f) AND t.next_action <= v_now
-             ORDER BY t.next_action LIMIT p_limit FOR UPDATE OF t SKIP LOCKED);
-        IF cardinality(v_ids) < p_limit THEN
+    -- first task not due yet, from the front of the due tasks: with as many due there as
+    -- wanted (one priority and a backlog, the common case) that is all. Then, when
+    -- fewer were due there, priority by priority (each found by one probe), highest
+    -- first. One scan ordered by (priority DESC, next_action) would instead read every
+    -- pending task (leased, or due later) whenever fewer than p_limit are due: the
+    -- index cannot skip to the next priority by itself.
+    --
+    -- The front is found by a probe that walks the entries of every task leased since
+    -- the last VACUUM (dead, at the front of the index, still read: at a backlog of a
+    -- million, thousands of pages a call). So a session probes at most once a second
+    -- (_task_front keeps where it found the front) and in between starts where it
+    -- found it, after a probe of the priorities above alone. A task that becomes due
+    -- behind that point (its lease rolled back, or ran out at a time before it) waits
+    -- for the next probe, a second at most, or for a call that finds fewer than
+    -- p_limit due, whose priority-by-priority look starts at the front.
+    ELSIF p_kinds IS NULL OR cardinality(p_kinds) = 1 THEN
+        SELECT f.priority, f.next_action INTO v_kept_priority, v_kept_next FROM tenure._task_front(p_kinds, v_now) f;
+        -- A priority above the one kept, or (none kept) the front.
+        IF p_kinds IS NULL THEN
+            SELECT p.priority, p.next_action INTO v_priority, v_next FROM tenure.task p
+             WHERE p.status = 'pending' AND p.leased_at IS NULL
+               AND p.priority >= coalesce(v_kept_priority::bigint + 1, -2147483648)
+             ORDER BY p.priority DESC, p.next_action LIMIT 1;
+        ELSE
+            SELECT p.priority, p.next_action INTO v_priority, v_next FROM tenure.task p
+             WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
+               AND p.priority >= coalesce(v_kept_priority::bigint + 1, -2147483648)
+             ORDER BY p.priority DESC, p.next_action LIMIT 1;
+        END IF;
+        IF FOUND THEN
+            -- Looked for from the front of the index: where the front is now.
+            PERFORM set_config('tenure.task_front', jsonb_build_object('kinds', p_kinds::text,
+                'priority', v_priority, 'next_action', v_next, 'found_at', v_now)::text, false);
+        ELSE
+            v_priority := v_kept_priority;
+            v_next := v_kept_next;
+        END IF;
+        IF p_kinds IS NULL THEN
+            v_ids := ARRAY(
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.priority = v_priority
+                   AND t.next_action >= v_next AND t.next_action <= v_now
+                 ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        ELSE
+            v_ids := ARRAY(
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.leased_at IS NULL
+                   AND t.priority = v_priority
+                   AND t.next_action >= v_next AND t.next_action <= v_now
+                 ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        END IF;
+        -- (nothing to look for when the front was looked for and none was found)
+        IF cardinality(v_ids) < p_limit AND v_priority IS NOT NULL AND p_kinds IS NULL THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
                     (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.leased_at IS NULL
@@ -619,19 +675,7 @@ BEGIN
                        AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
                      ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
                 LIMIT p_limit - cardinality(v_ids));
-        END IF;
-    ELSIF cardinality(p_kinds) = 1 THEN
-        v_ids := ARRAY(
-            WITH first AS (
-                SELECT p.priority, p.next_action FROM tenure.task p
-                 WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
-                 ORDER BY p.priority DESC, p.next_action LIMIT 1)
-            SELECT t.id FROM tenure.task t
-             WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.leased_at IS NULL
-               AND t.priority = (SELECT f.priority FROM first f)
-               AND t.next_action >= (SELECT f.next_action FROM first f) AND t.next_action <= v_now
-             ORDER BY t.next_action LIMIT p_limit FOR UPDATE OF t SKIP LOCKED);
-        IF cardinality(v_ids) < p_limit THEN
+        ELSIF cardinality(v_ids) < p_limit AND v_priority IS NOT NULL THEN
             v_ids := v_ids || ARRAY(
                 WITH RECURSIVE level (priority) AS (
                     (SELECT t.priority FROM tenure.task t
@@ -889,6 +933,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
 $$Lease up to p_limit due tasks (next_action <= now; the highest priority first, then the oldest due; of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED). The settings of each kind (task_kind_set) hold: nothing of a paused kind, never more leased at once than its max_running and max_running_per_key allow (keys with due tasks take turns), never more leases per rate_period than its rate.
 Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
+For one kind or any kind, a session looks for the oldest due from the front of the index at most once a second, and in between from where it found it then (the front holds an entry of every task leased since the last VACUUM, which each look from there reads): a task that becomes due behind that point while a backlog is drained (its lease rolled back, or ran out while older tasks were still due) is leased by the next look from the front, a second later at most. A higher priority is looked for on every call.
 Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
 Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
 

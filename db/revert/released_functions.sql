@@ -9,6 +9,7 @@ DROP FUNCTION tenure._task_enqueue(text, jsonb, text, interval, uuid, text, inte
 DROP FUNCTION tenure._task_insert(text, tenure._task_input[], timestamptz);
 DROP FUNCTION tenure._task_pick(text[], text[], integer, timestamptz, boolean);
 DROP FUNCTION tenure._task_lease(uuid, interval, integer, text[], timestamptz, boolean);
+DROP FUNCTION tenure._task_front(text[], timestamptz);
 DROP FUNCTION tenure._task_after_finished(uuid[], timestamptz, uuid[]);
 DROP FUNCTION tenure._task_finished(uuid[], text[], timestamptz);
 DROP FUNCTION tenure.task_cancel(uuid);
