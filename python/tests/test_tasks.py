@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import threading
 import time
@@ -182,6 +183,30 @@ def test_worker_completes_routes_and_releases(
     assert seen[2] == ("second", 2), "after the release the task was leased again"
     flow = driver.tasks(kind="flow")[0]
     assert (flow.state, flow.data) == ("finished", {"waited": True})
+
+
+def test_processors_get_each_tasks_data_as_json_reads_it(
+    app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
+) -> None:
+    """The worker's connections read ``{}`` without a parser (tenure.connect._json_loads):
+    every other value as json.loads reads it (big integers exact), each task its own dict."""
+    driver = Driver(admin)
+    given = [{}, {}, {"n": 12345678901234567890123, "x": 0.1, "s": "{}", "l": [{}]}, {"": {}}]
+    seen: list[Any] = []
+
+    def record(task: Task) -> Complete:
+        seen.append(dict(task.data))
+        task.data["touched"] = True  # the processor's own dict: no other task's {} changes
+        return Complete()
+
+    driver.task_enqueue_many([{"kind": "data", "data": data} for data in given])
+    with flavour(TaskWorker, app_conninfo, on(flavour, {"data": record}), concurrency=1, poll_interval=0.1):
+        assert wait_until(lambda: statuses(driver, "data") == {"done": len(given)})
+
+    def canonical(values: list[Any]) -> list[str]:
+        return sorted(json.dumps(value, sort_keys=True) for value in values)  # jsonb orders keys its own way
+
+    assert canonical(seen) == canonical(given)
 
 
 def test_failures_back_off_then_die_and_can_be_requeued(

@@ -43,13 +43,13 @@ from tenure.connect import (
     AsyncDeadlines,
     Deadlines,
     acheck_start,
+    aconfigure,
     alisten,
-    awatch_commits,
     check_start,
+    configure,
     connection_options,
     instance_name,
     listen,
-    watch_commits,
 )
 from tenure.driver import OPS, AsyncDriver, BatchGrant, Driver, Op, Resolution
 from tenure.errors import ClaimLost, InvalidConfiguration, InvalidTransition
@@ -697,9 +697,7 @@ class SubmissionPool(Submissions, Runtime):
         self.submit = submit
         self.status = status
         self.claimer: Claimer
-        self.pool: ConnectionPool[Any] = ConnectionPool(
-            conninfo, configure=watch_commits, **self._pool_options()
-        )
+        self.pool: ConnectionPool[Any] = ConnectionPool(conninfo, configure=configure, **self._pool_options())
         self._calls = PoolCalls(self.pool, self._calls_label(), self.call_bound)
         self.queuer: Queuer = Queuer(self._calls, self.claimer, **self._queuer_options())
         self._check = HeldCheck(
@@ -870,7 +868,7 @@ class AsyncSubmissionPool(Submissions, AsyncRuntime):
         self.claimer: AsyncClaimer
 
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            conninfo, configure=awatch_commits, **self._pool_options()
+            conninfo, configure=aconfigure, **self._pool_options()
         )
         self._calls = AsyncPoolCalls(self.pool, self._calls_label(), self.call_bound)
         self.queuer: AsyncQueuer = AsyncQueuer(self._calls, self.claimer, **self._queuer_options())
