@@ -657,44 +657,47 @@ BEGIN
                    AND t.next_action >= v_next AND t.next_action <= v_now
                  ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
         END IF;
-        -- (nothing to look for when the front was looked for and none was found)
-        IF cardinality(v_ids) < p_limit AND v_priority IS NOT NULL AND p_kinds IS NULL THEN
-            v_ids := v_ids || ARRAY(
-                WITH RECURSIVE level (priority) AS (
-                    (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.leased_at IS NULL
-                      ORDER BY t.priority DESC LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT t.priority FROM tenure.task t
-                             WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.priority < level.priority
-                             ORDER BY t.priority DESC LIMIT 1)
-                      FROM level WHERE level.priority IS NOT NULL
-                )
-                SELECT x.id FROM level CROSS JOIN LATERAL (
-                    SELECT t.id FROM tenure.task t
-                     WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
-                       AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
-                     ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
-                LIMIT p_limit - cardinality(v_ids));
-        ELSIF cardinality(v_ids) < p_limit AND v_priority IS NOT NULL THEN
-            v_ids := v_ids || ARRAY(
-                WITH RECURSIVE level (priority) AS (
-                    (SELECT t.priority FROM tenure.task t
-                      WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
-                      ORDER BY t.priority DESC LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT t.priority FROM tenure.task t
-                             WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
-                               AND t.priority < level.priority
-                             ORDER BY t.priority DESC LIMIT 1)
-                      FROM level WHERE level.priority IS NOT NULL
-                )
-                SELECT x.id FROM level CROSS JOIN LATERAL (
-                    SELECT t.id FROM tenure.task t
-                     WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
-                       AND t.next_action <= v_now AND t.leased_at IS NULL
-                       AND t.id <> ALL (v_ids)
-                     ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
-                LIMIT p_limit - cardinality(v_ids));
+        -- Fewer due there: from the front, priority by priority (nothing to look for when
+        -- the front was looked for and none was found).
+        IF cardinality(v_ids) < p_limit AND v_priority IS NOT NULL THEN
+            IF p_kinds IS NULL THEN
+                v_ids := v_ids || ARRAY(
+                    WITH RECURSIVE level (priority) AS (
+                        (SELECT t.priority FROM tenure.task t WHERE t.status = 'pending' AND t.leased_at IS NULL
+                          ORDER BY t.priority DESC LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT t.priority FROM tenure.task t
+                                 WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.priority < level.priority
+                                 ORDER BY t.priority DESC LIMIT 1)
+                          FROM level WHERE level.priority IS NOT NULL
+                    )
+                    SELECT x.id FROM level CROSS JOIN LATERAL (
+                        SELECT t.id FROM tenure.task t
+                         WHERE t.status = 'pending' AND t.priority = level.priority AND t.next_action <= v_now
+                           AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
+                         ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+                    LIMIT p_limit - cardinality(v_ids));
+            ELSE
+                v_ids := v_ids || ARRAY(
+                    WITH RECURSIVE level (priority) AS (
+                        (SELECT t.priority FROM tenure.task t
+                          WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
+                          ORDER BY t.priority DESC LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT t.priority FROM tenure.task t
+                                 WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = p_kinds[1]
+                                   AND t.priority < level.priority
+                                 ORDER BY t.priority DESC LIMIT 1)
+                          FROM level WHERE level.priority IS NOT NULL
+                    )
+                    SELECT x.id FROM level CROSS JOIN LATERAL (
+                        SELECT t.id FROM tenure.task t
+                         WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.priority = level.priority
+                           AND t.next_action <= v_now AND t.leased_at IS NULL
+                           AND t.id <> ALL (v_ids)
+                         ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+                    LIMIT p_limit - cardinality(v_ids));
+            END IF;
         END IF;
     ELSE
         -- The next priority: the highest below the last among the kinds, one probe each.
