@@ -621,19 +621,28 @@ BEGIN
     -- behind that point (its lease rolled back, or ran out at a time before it) waits
     -- for the next probe, a second at most, or for a call that finds fewer than
     -- p_limit due, whose priority-by-priority look starts at the front.
-    ELSIF p_kinds IS NULL OR cardinality(p_kinds) = 1 THEN
+    ELSE
         SELECT f.priority, f.next_action INTO v_kept_priority, v_kept_next FROM tenure._task_front(p_kinds, v_now) f;
-        -- A priority above the one kept, or (none kept) the front.
+        -- A priority above the one kept, or (none kept) the front; of several kinds, the
+        -- first of their fronts (one probe of each kind's index).
         IF p_kinds IS NULL THEN
             SELECT p.priority, p.next_action INTO v_priority, v_next FROM tenure.task p
              WHERE p.status = 'pending' AND p.leased_at IS NULL
                AND p.priority >= coalesce(v_kept_priority::bigint + 1, -2147483648)
              ORDER BY p.priority DESC, p.next_action LIMIT 1;
-        ELSE
+        ELSIF cardinality(p_kinds) = 1 THEN
             SELECT p.priority, p.next_action INTO v_priority, v_next FROM tenure.task p
              WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = p_kinds[1]
                AND p.priority >= coalesce(v_kept_priority::bigint + 1, -2147483648)
              ORDER BY p.priority DESC, p.next_action LIMIT 1;
+        ELSE
+            SELECT f.priority, f.next_action INTO v_priority, v_next
+              FROM unnest(p_kinds) k (kind) CROSS JOIN LATERAL (
+                   SELECT p.priority, p.next_action FROM tenure.task p
+                    WHERE p.status = 'pending' AND p.leased_at IS NULL AND p.kind = k.kind
+                      AND p.priority >= coalesce(v_kept_priority::bigint + 1, -2147483648)
+                    ORDER BY p.priority DESC, p.next_action LIMIT 1) f
+             ORDER BY f.priority DESC, f.next_action LIMIT 1;
         END IF;
         IF FOUND THEN
             -- Looked for from the front of the index: where the front is now.
@@ -649,10 +658,17 @@ BEGIN
                  WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.priority = v_priority
                    AND t.next_action >= v_next AND t.next_action <= v_now
                  ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
-        ELSE
+        ELSIF cardinality(p_kinds) = 1 THEN
             v_ids := ARRAY(
                 SELECT t.id FROM tenure.task t
                  WHERE t.status = 'pending' AND t.kind = p_kinds[1] AND t.leased_at IS NULL
+                   AND t.priority = v_priority
+                   AND t.next_action >= v_next AND t.next_action <= v_now
+                 ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        ELSE
+            v_ids := ARRAY(
+                SELECT t.id FROM tenure.task t
+                 WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.leased_at IS NULL
                    AND t.priority = v_priority
                    AND t.next_action >= v_next AND t.next_action <= v_now
                  ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED);
@@ -677,7 +693,7 @@ BEGIN
                            AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
                          ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
                     LIMIT p_limit - cardinality(v_ids));
-            ELSE
+            ELSIF cardinality(p_kinds) = 1 THEN
                 v_ids := v_ids || ARRAY(
                     WITH RECURSIVE level (priority) AS (
                         (SELECT t.priority FROM tenure.task t
@@ -697,30 +713,38 @@ BEGIN
                            AND t.id <> ALL (v_ids)
                          ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
                     LIMIT p_limit - cardinality(v_ids));
+            ELSE
+                -- The next priority: the highest below the last among the kinds, one probe each.
+                v_ids := v_ids || ARRAY(
+                    WITH RECURSIVE level (priority) AS (
+                        SELECT max((SELECT t.priority FROM tenure.task t
+                                      WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
+                                     ORDER BY t.priority DESC LIMIT 1))
+                          FROM unnest(p_kinds) k (kind)
+                        UNION ALL
+                        SELECT (SELECT max((SELECT t.priority FROM tenure.task t
+                                             WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
+                                               AND t.priority < level.priority
+                                             ORDER BY t.priority DESC LIMIT 1))
+                                  FROM unnest(p_kinds) k (kind))
+                          FROM level WHERE level.priority IS NOT NULL
+                    )
+                    -- Each level's scan starts at the first of the kinds' fronts there: the
+                    -- index holds other kinds too, and those due before would be read.
+                    SELECT x.id FROM level CROSS JOIN LATERAL (
+                        SELECT min((SELECT t.next_action FROM tenure.task t
+                                     WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
+                                       AND t.priority = level.priority
+                                     ORDER BY t.next_action LIMIT 1)) AS next_action
+                          FROM unnest(p_kinds) k (kind)) front CROSS JOIN LATERAL (
+                        SELECT t.id FROM tenure.task t
+                         WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
+                           AND t.next_action >= front.next_action AND t.next_action <= v_now
+                           AND t.leased_at IS NULL AND t.id <> ALL (v_ids)
+                         ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
+                    LIMIT p_limit - cardinality(v_ids));
             END IF;
         END IF;
-    ELSE
-        -- The next priority: the highest below the last among the kinds, one probe each.
-        v_ids := ARRAY(
-            WITH RECURSIVE level (priority) AS (
-                SELECT max((SELECT t.priority FROM tenure.task t
-                              WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
-                             ORDER BY t.priority DESC LIMIT 1))
-                  FROM unnest(p_kinds) k (kind)
-                UNION ALL
-                SELECT (SELECT max((SELECT t.priority FROM tenure.task t
-                                     WHERE t.status = 'pending' AND t.leased_at IS NULL AND t.kind = k.kind
-                                       AND t.priority < level.priority
-                                     ORDER BY t.priority DESC LIMIT 1))
-                          FROM unnest(p_kinds) k (kind))
-                  FROM level WHERE level.priority IS NOT NULL
-            )
-            SELECT x.id FROM level CROSS JOIN LATERAL (
-                SELECT t.id FROM tenure.task t
-                 WHERE t.status = 'pending' AND t.kind = ANY (p_kinds) AND t.priority = level.priority
-                   AND t.next_action <= v_now AND t.leased_at IS NULL
-                 ORDER BY t.next_action LIMIT p_limit FOR UPDATE SKIP LOCKED) x
-            LIMIT p_limit);
     END IF;
     IF cardinality(v_ids) > 0 THEN
         WITH taken AS (
@@ -936,7 +960,7 @@ AS $$ BEGIN RETURN QUERY SELECT * FROM tenure._task_acquire(p_owner, p_lease, p_
 COMMENT ON FUNCTION tenure.task_acquire(uuid, interval, integer, text[]) IS
 $$Lease up to p_limit due tasks (next_action <= now; the highest priority first, then the oldest due; of the kinds p_kinds or any) to instance p_owner for p_lease, skipping tasks other transactions hold (FOR UPDATE SKIP LOCKED). The settings of each kind (task_kind_set) hold: nothing of a paused kind, never more leased at once than its max_running and max_running_per_key allow (keys with due tasks take turns), never more leases per rate_period than its rate.
 Each task's epoch grows by one and next_action becomes the end of the lease. A task whose previous lease ran out counts that as a failed attempt; past its max_attempts it turns dead instead of being leased.
-For one kind or any kind, a session looks for the oldest due from the front of the index at most once a second, and in between from where it found it then (the front holds an entry of every task leased since the last VACUUM, which each look from there reads): a task that becomes due behind that point while a backlog is drained (its lease rolled back, or ran out while older tasks were still due) is leased by the next look from the front, a second later at most. A higher priority is looked for on every call.
+When no kind it may lease has settings (task_kind_set), a session looks for the oldest due from the front of the index at most once a second, and in between from where it found it then (the front holds an entry of every task leased since the last VACUUM, which each look from there reads): a task that becomes due behind that point while a backlog is drained (its lease rolled back, or ran out while older tasks were still due) is leased by the next look from the front, a second later at most. A higher priority is looked for on every call.
 Returns the leased tasks with their epochs; no row when nothing is due. Never more than p_limit.
 Errors: TN001 on a NULL owner, a non-positive lease, p_limit outside 1..10000, or an empty or NULL-holding p_kinds.$$;
 

@@ -3,10 +3,10 @@
 -- a look at the priorities above alone, instead of walking the index from its front (the
 -- entries of every task leased since the last VACUUM). A task due behind the kept front
 -- waits for the next look from the front: a second later, or a call that finds fewer
--- than it asked for where the front was kept. For one kind and for any kind.
+-- than it asked for where the front was kept. For one kind, several kinds and any kind.
 -- Times: T = 2001-01-01 12:00:00.
 BEGIN;
-SELECT plan(16);
+SELECT plan(22);
 
 CREATE FUNCTION pg_temp.add(p_name text, p_kind text, p_seconds integer, p_priority integer DEFAULT 0)
 RETURNS void
@@ -65,7 +65,26 @@ SELECT is(pg_temp.take(NULL, 1, '2001-01-01 12:01:00.6+00'), ARRAY['E'], 'any ki
 SELECT is(pg_temp.take(NULL, 1, '2001-01-01 12:01:01.7+00'), ARRAY['D'], 'any kind: a second later, from the front');
 SELECT is(pg_temp.take(NULL, 5, '2001-01-01 12:01:01.8+00'), ARRAY['C'], 'any kind: the rest');
 
+-- Several kinds ----------------------------------------------------------------------------
+DELETE FROM tenure.task;
+SELECT pg_temp.add('A', 'g', 30), pg_temp.add('B', 'f', 40), pg_temp.add('C', 'h', 45), pg_temp.add('D', 'g', 50),
+       pg_temp.add('E', 'f', 60);
+SELECT is(pg_temp.take(ARRAY['f', 'g'], 1, '2001-01-01 12:01:10+00'), ARRAY['A'],
+    'several kinds: the oldest due of any of them first');
+SELECT pg_temp.add('F', 'f', 10);
+SELECT is(pg_temp.take(ARRAY['f', 'g'], 1, '2001-01-01 12:01:10.5+00'), ARRAY['B'],
+    'several kinds: within the second, from the kept front');
+SELECT pg_temp.add('G', 'g', 20, 1);
+SELECT is(pg_temp.take(ARRAY['f', 'g'], 1, '2001-01-01 12:01:10.6+00'), ARRAY['G'],
+    'several kinds: a higher priority of either at once');
+SELECT is(pg_temp.take(ARRAY['g', 'f'], 1, '2001-01-01 12:01:10.7+00'), ARRAY['F'],
+    'several kinds: the front kept for them in another order is not used');
+SELECT is(pg_temp.take(ARRAY['f', 'g'], 5, '2001-01-01 12:01:10.8+00'), ARRAY['D', 'E'],
+    'several kinds: the rest, never a kind not asked for');
+SELECT is(pg_temp.take(ARRAY['h'], 5, '2001-01-01 12:01:10.9+00'), ARRAY['C'], 'the kind not asked for is still due');
+
 -- What it keeps is a hint: a value it did not write, or one from later, is not used.
+DELETE FROM tenure.task;
 SELECT pg_temp.add('F', 'f', 0), pg_temp.add('G', 'f', 5);
 SELECT set_config('tenure.task_front', 'not json', false);
 SELECT is(pg_temp.take(ARRAY['f'], 1, '2001-01-01 12:02:00+00'), ARRAY['F'], 'a kept value it cannot read is ignored');
