@@ -1,7 +1,7 @@
 -- The summary views behind `tenure status`: one row per claims keyspace and per batch
--- queue, by the server clock. Instance a = ...0a.
+-- queue, by the server clock; and table_vacuum, how clean each table is. Instance a = ...0a.
 BEGIN;
-SELECT plan(8);
+SELECT plan(12);
 
 SELECT has_view('tenure', 'claim_keyspaces', 'summary view claim_keyspaces exists');
 SELECT has_view('tenure', 'batch_queues', 'summary view batch_queues exists');
@@ -24,6 +24,21 @@ SELECT results_eq(
         FROM tenure.batch_queues WHERE keyspace = 'st'$$,
     $$VALUES (2::bigint, 1::bigint, 2::bigint, 0::bigint, 0::bigint, 0::bigint, '{}'::text[], true)$$,
     'batch_queues: 2 keys, 1 queued, 2 pending, nothing halted, an oldest waiting age');
+
+-- table_vacuum: autovacuum's rule, from the table's options or the server's settings.
+SELECT has_view('tenure', 'table_vacuum', 'view table_vacuum exists');
+SELECT is((SELECT v.autovacuum_at FROM tenure.table_vacuum v WHERE v.table_name = 'task'),
+          (SELECT (current_setting('autovacuum_vacuum_threshold')::float8 + 0.01 * greatest(c.reltuples, 0))::bigint
+             FROM pg_class c WHERE c.oid = 'tenure.task'::regclass),
+    'tenure.task: autovacuum after its threshold and 1% of its rows (its own scale factor)');
+SELECT is((SELECT v.autovacuum_at FROM tenure.table_vacuum v WHERE v.table_name = 'task_lease_log'),
+          (SELECT (current_setting('autovacuum_vacuum_threshold')::float8
+                   + current_setting('autovacuum_vacuum_scale_factor')::float8 * greatest(c.reltuples, 0))::bigint
+             FROM pg_class c WHERE c.oid = 'tenure.task_lease_log'::regclass),
+    'a table without options: the server''s settings');
+ALTER TABLE tenure.task_lease_log SET (autovacuum_enabled = off);
+SELECT is((SELECT v.autovacuum_at IS NULL FROM tenure.table_vacuum v WHERE v.table_name = 'task_lease_log'), true,
+    'autovacuum off for a table: no count at which it visits');
 
 SELECT * FROM finish();
 ROLLBACK;

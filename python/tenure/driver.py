@@ -394,6 +394,7 @@ OPERATOR_VIEWS: dict[str, tuple[str, ...]] = {
     "batch_queues": ("keyspace",),
     "batch_keys": ("keyspace", "key"),
     "replicas": ("scope", "counter"),
+    "table_vacuum": ("table_name",),
 }
 
 # The histories with a retention function tenure.<history>_prune(p_older_than, p_limit).

@@ -349,6 +349,7 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     driver.batch_enqueue("ledger", "po-1", b"x")
     driver.replica_register()
     assert driver.replica_acquire("replica-a").acquired  # held by this session until the test ends
+    admin.execute("SELECT pg_stat_force_next_flush()")  # its table statistics, once it is idle
 
     def tenure(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -363,6 +364,7 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert re.search(r"ledger\s+1 keys  queued 1  pending 0", text.stdout)
     assert re.search(r"email\s+PAUSED  running 0 of 3  rate 0 of 10 per 60.0 s  due 1", text.stdout)
     assert re.search(r"active replica-a  epoch 1  pid \d+  since", text.stdout), text.stdout
+    assert re.search(r"\n  task +[\d.]+ k?B +1 rows  dead +\d+ of +\d+  vacuumed ", text.stdout), text.stdout
     report = json.loads(tenure("--json").stdout)
     assert report["primaries"][0]["instance_id"] == str(primary) and report["primaries"][0]["live"]
     assert report["claim_keyspaces"][0]["unclaimed"] == 1
@@ -370,6 +372,8 @@ def test_status_shows_every_area_as_text_and_json(app_conninfo: str, admin: Any)
     assert report["task_kinds"][0]["rate_period"] == 60 and report["task_kinds"][0]["paused"]
     assert report["batch_queues"][0]["queued"] == 1
     assert report["replicas"][0]["replica"] == "replica-a"
+    tables = {r["table_name"]: r for r in report["tables"]}
+    assert tables["task"]["autovacuum_at"] >= 50 and tables["task_lease_log"]["total_bytes"] > 0
 
     watch = subprocess.Popen(
         [*TENURE, "status", "--db", app_conninfo, "--watch", "0.2"], stdout=subprocess.PIPE, text=True

@@ -2,7 +2,7 @@
 
 Every section is one view, so the same picture is a ``SELECT * FROM tenure.<view>``
 away in psql: heartbeat_status, replicas, claim_keyspaces, claim_instances, task_status,
-task_kinds, batch_queues.
+task_kinds, batch_queues, table_vacuum.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SECTIONS = {
     "tasks": "task_status",
     "task_kinds": "task_kinds",
     "batch_queues": "batch_queues",
+    "tables": "table_vacuum",
 }
 
 
@@ -155,7 +156,40 @@ def render(status: Status) -> str:
         )
     if not s["batch_queues"]:
         lines.append("  (no batches)")
+
+    lines += [
+        "",
+        "tables (not empty, largest first: rows, dead rows against autovacuum's count, last vacuum)",
+    ]
+    tables = [r for r in s["tables"] if r["live_rows"] or r["dead_rows"]]
+    for r in sorted(tables, key=lambda r: -r["total_bytes"]):
+        lines.append(
+            f"  {r['table_name']:<20} {_size(r['total_bytes']):>9}  {r['live_rows']:>9} rows  "
+            f"dead {r['dead_rows']:>8} {_autovacuum(r)}  vacuumed {_since(status.taken_at, r['last_vacuum'])}"
+        )
+    if not tables:
+        lines.append("  (every table empty)")
     return "\n".join(lines)
+
+
+def _size(total_bytes: int) -> str:
+    size = float(total_bytes)
+    for unit in ("B", "kB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _autovacuum(r: dict[str, Any]) -> str:
+    if r["autovacuum_at"] is None:
+        return "(autovacuum OFF)"
+    due = "  AUTOVACUUM DUE" if r["dead_rows"] > r["autovacuum_at"] else ""
+    return f"of {r['autovacuum_at']:>8}{due}"
+
+
+def _since(now: datetime, then: datetime | None) -> str:
+    return "never" if then is None else f"{_age(now - then)} ago"
 
 
 def _kind_settings(r: dict[str, Any]) -> str:
@@ -187,7 +221,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def register(command: Command) -> None:
     status = command(
-        "status", "one screen of primaries, claims, tasks, task kinds and batch queues, from tenure's views"
+        "status",
+        "one screen of primaries, claims, tasks, task kinds, batch queues and tables, from tenure's views",
     )
     status.add_argument(
         "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until interrupted"

@@ -1,0 +1,5 @@
+BEGIN;
+
+DROP VIEW tenure.table_vacuum;
+
+COMMIT;
