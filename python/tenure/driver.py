@@ -166,6 +166,22 @@ class TaskStatus:
 
 
 @dataclass(frozen=True)
+class TableVacuum:
+    """One row of the view ``tenure.table_vacuum``: one of tenure's tables, its rows and dead rows
+    (the server's statistics), the dead rows past which autovacuum visits it (None where
+    autovacuum is off), its last vacuum and analyze, and its size with indexes."""
+
+    table_name: str
+    live_rows: int
+    dead_rows: int
+    autovacuum_at: int | None
+    last_vacuum: datetime | None
+    vacuums: int
+    last_analyze: datetime | None
+    total_bytes: int
+
+
+@dataclass(frozen=True)
 class ClaimGrant:
     """A key of the caller: renewed, released, taken, or (key None) a take skipped as busy."""
 
@@ -509,6 +525,11 @@ class Operations:
             sql.Identifier(view), sql.SQL(", ").join(sql.Identifier(c) for c in OPERATOR_VIEWS[view])
         )
         return (yield Query(query, (), dict_row))
+
+    @operation
+    def table_vacuum(self) -> Op[list[TableVacuum]]:
+        """Each of tenure's tables: rows, dead rows against autovacuum's count, last vacuum, size."""
+        return (yield from _rows(TableVacuum, "SELECT * FROM tenure.table_vacuum ORDER BY table_name", ()))
 
     @operation
     def update_heartbeat(

@@ -6,8 +6,9 @@ serve them together, or let each make its own. :class:`MetricsServer` serves a
 registry at ``/metrics``; ``tenure elect --http`` and ``tenure replica run --http``
 serve it beside their health endpoints.
 
-The task gauges (tasks per kind and status, each kind's settings against its use) are
-facts of the whole database, not of one instance: the elected maintainer sets them
+The database gauges (tasks per kind and status, each kind's settings against its use;
+each table's rows and dead rows against autovacuum's count) are facts of the whole
+database, not of one instance: the elected maintainer sets them
 (``Maintainer(gauges_every=...)``), so they come from one place; a standby has none.
 """
 
@@ -22,7 +23,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from tenure.driver import TaskKind, TaskStatus
+from tenure.driver import TableVacuum, TaskKind, TaskStatus
 
 # Every status a task can have: each is exported for every kind, 0 included, so that a
 # status that empties reads 0 rather than vanishing.
@@ -117,8 +118,33 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self._task_gauge_labels: dict[Gauge, set[tuple[str, ...]]] = {}
-        self._task_gauge_lock = threading.Lock()
+        # tenure's tables, set by the elected maintainer (see table_gauges)
+        self.table_rows = Gauge(
+            "tenure_table_rows", "Live rows of one of tenure's tables, as last counted", ["table"], registry=r
+        )
+        self.table_dead_rows = Gauge(
+            "tenure_table_dead_rows",
+            "Dead row versions of the table not yet vacuumed away",
+            ["table"],
+            registry=r,
+        )
+        self.table_autovacuum_at = Gauge(
+            "tenure_table_autovacuum_at_rows",
+            "Dead rows past which autovacuum visits the table (absent where autovacuum is off)",
+            ["table"],
+            registry=r,
+        )
+        self.table_last_vacuum = Gauge(
+            "tenure_table_last_vacuum_timestamp_seconds",
+            "When the table's last VACUUM ended (absent: none since the statistics were reset)",
+            ["table"],
+            registry=r,
+        )
+        self.table_bytes = Gauge(
+            "tenure_table_bytes", "The table's size on disk with its indexes", ["table"], registry=r
+        )
+        self._database_gauge_labels: dict[Gauge, set[tuple[str, ...]]] = {}
+        self._database_gauge_lock = threading.Lock()
         # submission queue
         self.batches_selected = Counter(
             "tenure_batches_selected", "Batches selected", ["keyspace"], registry=r
@@ -185,40 +211,60 @@ class Metrics:
         """Set the task gauges from rows of the views ``tenure.task_status`` and
         ``tenure.task_kinds``; a kind or limit that has gone since the last call loses its series."""
         values: dict[Gauge, dict[tuple[str, ...], float]] = {}
-
-        def put(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
-            if value is not None:
-                series = values.setdefault(gauge, {})
-                series[labels] = series.get(labels, 0.0) + value
-
         for row in statuses:
             for status in TASK_STATUSES:
-                put(self.tasks_by_status, (row.kind, status), row.tasks if row.status == status else 0)
-            put(self.tasks_due, (row.kind,), row.due)
+                _put(
+                    values, self.tasks_by_status, (row.kind, status), row.tasks if row.status == status else 0
+                )
+            _put(values, self.tasks_due, (row.kind,), row.due)
         for kind in kinds:
             labels: tuple[str, ...] = (kind.kind,)
-            put(self.task_kind_paused, labels, 1 if kind.paused else 0)
-            put(self.task_kind_running, labels, kind.running)
-            put(self.task_kind_max_running, labels, kind.max_running)
-            put(self.task_kind_max_running_per_key, labels, kind.max_running_per_key)
-            put(self.task_kind_rate, labels, kind.rate)
-            put(self.task_kind_rate_period, labels, _rate_period_seconds(kind))
-            put(self.task_kind_rate_used, labels, kind.rate_used if kind.rate is not None else None)
-        with self._task_gauge_lock:
-            for gauge in self._task_gauges():
+            _put(values, self.task_kind_paused, labels, 1 if kind.paused else 0)
+            _put(values, self.task_kind_running, labels, kind.running)
+            _put(values, self.task_kind_max_running, labels, kind.max_running)
+            _put(values, self.task_kind_max_running_per_key, labels, kind.max_running_per_key)
+            _put(values, self.task_kind_rate, labels, kind.rate)
+            _put(values, self.task_kind_rate_period, labels, _rate_period_seconds(kind))
+            _put(values, self.task_kind_rate_used, labels, kind.rate_used if kind.rate is not None else None)
+        self._replace_series(self._task_gauges(), values)
+
+    def table_gauges(self, tables: Iterable[TableVacuum]) -> None:
+        """Set the table gauges from rows of the view ``tenure.table_vacuum``."""
+        values: dict[Gauge, dict[tuple[str, ...], float]] = {}
+        for table in tables:
+            labels = (table.table_name,)
+            _put(values, self.table_rows, labels, table.live_rows)
+            _put(values, self.table_dead_rows, labels, table.dead_rows)
+            _put(values, self.table_autovacuum_at, labels, table.autovacuum_at)
+            _put(
+                values,
+                self.table_last_vacuum,
+                labels,
+                None if table.last_vacuum is None else table.last_vacuum.timestamp(),
+            )
+            _put(values, self.table_bytes, labels, table.total_bytes)
+        self._replace_series(self._table_gauges(), values)
+
+    def clear_database_gauges(self) -> None:
+        """Remove every series of the task and table gauges (an instance that is no longer the
+        maintainer)."""
+        with self._database_gauge_lock:
+            for gauge in self._task_gauges() + self._table_gauges():
+                gauge.clear()
+            self._database_gauge_labels.clear()
+
+    def _replace_series(
+        self, gauges: tuple[Gauge, ...], values: dict[Gauge, dict[tuple[str, ...], float]]
+    ) -> None:
+        """Set each of ``gauges`` to its series in ``values``; a series set before and absent now goes."""
+        with self._database_gauge_lock:
+            for gauge in gauges:
                 now = values.get(gauge, {})
                 for series, value in now.items():
                     gauge.labels(*series).set(value)
-                for gone in self._task_gauge_labels.get(gauge, set()) - now.keys():
+                for gone in self._database_gauge_labels.get(gauge, set()) - now.keys():
                     gauge.remove(*gone)
-                self._task_gauge_labels[gauge] = set(now)
-
-    def clear_task_gauges(self) -> None:
-        """Remove every series of the task gauges (an instance that is no longer the maintainer)."""
-        with self._task_gauge_lock:
-            for gauge in self._task_gauges():
-                gauge.clear()
-            self._task_gauge_labels.clear()
+                self._database_gauge_labels[gauge] = set(now)
 
     def _task_gauges(self) -> tuple[Gauge, ...]:
         return (
@@ -233,9 +279,30 @@ class Metrics:
             self.task_kind_rate_used,
         )
 
+    def _table_gauges(self) -> tuple[Gauge, ...]:
+        return (
+            self.table_rows,
+            self.table_dead_rows,
+            self.table_autovacuum_at,
+            self.table_last_vacuum,
+            self.table_bytes,
+        )
+
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type, for an HTTP handler of one's own."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _put(
+    values: dict[Gauge, dict[tuple[str, ...], float]],
+    gauge: Gauge,
+    labels: tuple[str, ...],
+    value: float | None,
+) -> None:
+    """Add ``value`` to the series ``labels`` of ``gauge`` (None: no series)."""
+    if value is not None:
+        series = values.setdefault(gauge, {})
+        series[labels] = series.get(labels, 0.0) + value
 
 
 def _rate_period_seconds(kind: TaskKind) -> float | None:

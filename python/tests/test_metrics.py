@@ -15,7 +15,7 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import Driver, Elector, Maintainer
-from tenure.driver import TaskKind, TaskStatus
+from tenure.driver import TableVacuum, TaskKind, TaskStatus
 from tenure.http.primary import PrimaryEndpoint
 from tenure.http.replica import ReplicaServer
 from tenure.metrics import Metrics, MetricsServer
@@ -183,6 +183,40 @@ def test_task_gauges_keep_every_status_and_drop_what_has_gone() -> None:
     assert task_gauges(metrics, "mail") == {}, "a kind gone from the database is gone from the gauges"
 
 
+def table_gauges(metrics: Metrics, table: str) -> dict[str, float]:
+    """The table gauges of ``table`` this registry exports now: metric name -> value."""
+    return {
+        s.name: s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.labels.get("table") == table
+    }
+
+
+def test_table_gauges_follow_the_view_and_drop_what_has_gone() -> None:
+    metrics = Metrics()
+    vacuumed = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    task = TableVacuum("task", 1000, 250, 60, vacuumed, 3, vacuumed, 81920)
+    metrics.table_gauges([task, TableVacuum("task_lease_log", 10, 0, None, None, 0, None, 8192)])
+    assert table_gauges(metrics, "task") == {
+        "tenure_table_rows": 1000,
+        "tenure_table_dead_rows": 250,
+        "tenure_table_autovacuum_at_rows": 60,
+        "tenure_table_last_vacuum_timestamp_seconds": vacuumed.timestamp(),
+        "tenure_table_bytes": 81920,
+    }
+    assert table_gauges(metrics, "task_lease_log") == {
+        "tenure_table_rows": 10,
+        "tenure_table_dead_rows": 0,
+        "tenure_table_bytes": 8192,
+    }, "autovacuum off and never vacuumed: no series for either"
+    metrics.table_gauges([dataclasses.replace(task, autovacuum_at=None)])
+    assert "tenure_table_autovacuum_at_rows" not in table_gauges(metrics, "task")
+    assert table_gauges(metrics, "task_lease_log") == {}, "a table gone from the view is gone from the gauges"
+    metrics.clear_database_gauges()
+    assert table_gauges(metrics, "task") == {}
+
+
 def test_the_elected_maintainer_exports_the_task_gauges_and_a_standby_none(
     app_conninfo: str, admin: psycopg.Connection[Any], flavour: Flavour
 ) -> None:
@@ -229,6 +263,11 @@ def test_the_elected_maintainer_exports_the_task_gauges_and_a_standby_none(
             active.metrics, "gauged"
         )
         assert task_gauges(standby.metrics, "gauged") == {}, "one exporter per database"
+        task_table = table_gauges(active.metrics, "task")
+        assert task_table["tenure_table_bytes"] > 0 and task_table["tenure_table_autovacuum_at_rows"] >= 50, (
+            task_table
+        )
+        assert table_gauges(standby.metrics, "task") == {}
         if active is first_maintainer:  # as Prometheus reads them
             samples = scrape(first_server.url)
             assert samples[("tenure_tasks", (("kind", "gauged"), ("status", "waiting")))] == 1
@@ -247,5 +286,6 @@ def test_the_elected_maintainer_exports_the_task_gauges_and_a_standby_none(
             driver.update_heartbeat(outsider, UTYPE, timeout=1.0, interval=0.3)
             time.sleep(0.2)
         assert task_gauges(active.metrics, "gauged") == {}, "a demoted maintainer keeps no stale gauges"
+        assert table_gauges(active.metrics, "task") == {}
         assert not active.is_primary() and not standby.is_primary()
         assert task_gauges(standby.metrics, "gauged") == {}

@@ -59,8 +59,8 @@ def register(command: Command) -> None:
         "--gauges-every",
         type=float,
         default=15.0,
-        help="seconds between reads of the task gauges for --metrics: tasks per kind and status, each "
-        "kind's settings against its use (15; 0: none)",
+        help="seconds between reads of the database gauges for --metrics: tasks per kind and status, "
+        "each kind's settings against its use, each table's rows and dead rows (15; 0: none)",
     )
     maintain.add_argument("--task-age", type=duration, default="7d", help="finished tasks older than (7d)")
     maintain.add_argument("--batch-age", type=duration, default="7d", help="resolved batches older than (7d)")

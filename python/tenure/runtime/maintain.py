@@ -14,10 +14,11 @@ idempotent per (schedule, slot) whoever calls it, however many at once. The elec
 keeps the work in one place, and a standby takes over within T + I of a crash; with
 the catch-up policy ``'all'`` the slots missed meanwhile are created then.
 
-While elected it also reads ``tenure.task_status`` and ``tenure.task_kinds`` every
-``gauges_every`` seconds into its metrics' task gauges (tasks per kind and status, each
-kind's settings against its use): one instance per database exports them, and a standby
-removes its own.
+While elected it also reads ``tenure.task_status``, ``tenure.task_kinds`` and
+``tenure.table_vacuum`` every ``gauges_every`` seconds into its metrics' database gauges
+(tasks per kind and status, each kind's settings against its use, each table's rows and
+dead rows against autovacuum's count): one instance per database exports them, and a
+standby removes its own.
 
 The schedules themselves are declared in Python with :mod:`tenure.runtime.schedules`.
 """
@@ -36,7 +37,17 @@ from typing import Any, Self
 import psycopg
 
 from tenure.connect import AsyncDeadlines, Deadlines, aconnect, connect
-from tenure.driver import OPS, PRUNE_HISTORIES, AsyncDriver, Driver, Op, ScheduleSlot, TaskKind, TaskStatus
+from tenure.driver import (
+    OPS,
+    PRUNE_HISTORIES,
+    AsyncDriver,
+    Driver,
+    Op,
+    ScheduleSlot,
+    TableVacuum,
+    TaskKind,
+    TaskStatus,
+)
 from tenure.errors import InvalidConfiguration
 from tenure.metrics import Metrics
 from tenure.runtime.heartbeat import AsyncElector, Elector
@@ -124,7 +135,7 @@ class MaintainLogic:
             )
         if not gauges_every >= 0:
             raise InvalidConfiguration(
-                f"gauges_every must be positive, or 0 for no task gauges: {gauges_every!r}"
+                f"gauges_every must be positive, or 0 for no database gauges: {gauges_every!r}"
             )
         self.conninfo = conninfo
         self.tick_every = tick_every
@@ -211,12 +222,14 @@ class MaintainLogic:
     def _gauges(self) -> Steps:
         statuses: list[TaskStatus] = yield OPS.task_status()
         kinds: list[TaskKind] = yield OPS.task_kinds()
+        tables: list[TableVacuum] = yield OPS.table_vacuum()
+        self.metrics.table_gauges(tables)
         self.metrics.task_gauges(statuses, kinds)
 
     def _standby(self, job: str) -> None:
         """Not the maintainer (any more): the database's gauges are another instance's to export."""
         if job == "gauges":
-            self.metrics.clear_task_gauges()
+            self.metrics.clear_database_gauges()
 
     def _left(self) -> float | None:
         """Seconds left of the safe window for the next call, None when not primary."""
@@ -282,7 +295,7 @@ class Maintainer(MaintainLogic, Runtime):
         self._threads.clear()
         self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
         self._deadlines.close()
-        self.metrics.clear_task_gauges()
+        self.metrics.clear_database_gauges()
 
     def _run(self, job: str, every: float) -> None:
         connection: psycopg.Connection[Any] | None = None
@@ -366,7 +379,7 @@ class AsyncMaintainer(MaintainLogic, AsyncRuntime):
             await asyncio.wait(self._tasks, timeout=max(0.0, end - time.monotonic()))
         self._tasks.clear()
         await self.elector.stop(resign=True, grace=max(0.0, end - time.monotonic()))
-        self.metrics.clear_task_gauges()
+        self.metrics.clear_database_gauges()
 
     async def _run(self, job: str, every: float) -> None:
         connection: psycopg.AsyncConnection[Any] | None = None
