@@ -19,7 +19,7 @@
 #             on a cluster with fsync off, labelled as the view of CPU cost; every throughput row
 #             and the wake-up latencies run BENCH_REPEAT (3) times in interleaved rounds, medians,
 #             spreads (MOVED past 15%) and start-ups apart printed.
-#             BENCH_DURABILITY=durable (or fast) runs only that cluster. About 3 hours in all
+#             BENCH_DURABILITY=durable (or fast) runs only that cluster. About 3 h 15 min in all
 # Each installs what it needs first (Debian packages as root, Python packages in .venv,
 # the peers of the bench in .venv-peers).
 
