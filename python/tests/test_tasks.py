@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +22,17 @@ from tenure import Driver, InvalidArgument, LeaseLost, NotFound
 from tenure.aio import AsyncTaskWorker
 from tenure.driver import Operations, TaskCycled
 from tenure.errors import InvalidConfiguration
-from tenure.runtime.tasks import Complete, Fail, Next, Processor, Release, Task, TaskWorker
+from tenure.runtime.tasks import (
+    GC_YOUNG_PER_SLOT,
+    Complete,
+    Fail,
+    Next,
+    Processor,
+    Release,
+    Task,
+    TaskWorker,
+    tune_gc,
+)
 from tenure.testing.aio import Flavour
 
 
@@ -777,3 +789,28 @@ def test_a_round_trip_rolled_back_by_a_deadlock_is_tried_again_at_once(
         "SELECT max(t.epoch), max(t.attempts) FROM tenure.task t WHERE t.kind = 'locked'"
     ).fetchone()
     assert epochs == (1, 0), "each task done in its first lease, no attempt failed"
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_tune_gc_freezes_what_exists_and_widens_the_young_generation_yet_cycles_are_still_collected() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(1024)
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_YOUNG_PER_SLOT * 1024, before[1], before[2])
+        gc.set_threshold(*before)
+        tune_gc(1)  # never below Python's own threshold
+        assert gc.get_threshold() == before
+        cycle = _Cycle()
+        gone = threading.Event()
+        weakref.finalize(cycle, gone.set)
+        del cycle
+        gc.collect()
+        assert gone.is_set()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

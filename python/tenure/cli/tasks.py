@@ -31,7 +31,7 @@ from tenure.driver import Driver, TaskKind, TaskRow
 from tenure.errors import InvalidArgument, InvalidConfiguration
 from tenure.runtime.shutdown import wait_for_shutdown
 from tenure.runtime.supervise import check_kill_grace, command_line
-from tenure.runtime.tasks import AsyncTaskWorker, TaskLogic, TaskWorker
+from tenure.runtime.tasks import AsyncTaskWorker, TaskLogic, TaskWorker, tune_gc
 
 EXAMPLES = {
     "enqueue": 'example: tenure task enqueue --kind email --data \'{"to": "a@example.org"}\' --delay 60 '
@@ -309,6 +309,8 @@ def _shim_worker(args: argparse.Namespace) -> int:
 
 
 def _started(worker: TaskLogic, args: argparse.Namespace) -> None:
+    """Say that the worker started, and make the garbage collector cheap for it: this process
+    is the worker's own."""
     if args.exec is not None:
         how = f"; each task runs {shlex.join(command_line(args.exec) or [])}"
     elif args.http is not None:
@@ -319,6 +321,7 @@ def _started(worker: TaskLogic, args: argparse.Namespace) -> None:
         f"task worker {worker.instance_id} ({worker.name}) started: kinds {', '.join(worker.kinds)}; "
         f"concurrency {args.concurrency}, lease {args.lease} s, poll every {args.poll_interval} s" + how
     )
+    tune_gc(args.concurrency)
 
 
 async def _run_async(
